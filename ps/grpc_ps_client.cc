@@ -47,6 +47,27 @@ class GrpcPsClient final : public PsClient {
     }, std::move(done));
   }
 
+  void HealthAsync(const HealthRequest* request, HealthResponse* response, Done done) override {
+    Call([=](grpc::ClientContext* c, std::function<void(grpc::Status)> cb) {
+      stub_->async()->Health(c, request, response, std::move(cb));
+    }, std::move(done));
+  }
+  void SaveShardsAsync(const SaveShardsRequest* request, SaveShardsResponse* response, Done done) override {
+    Call([=](grpc::ClientContext* c, std::function<void(grpc::Status)> cb) {
+      stub_->async()->SaveShards(c, request, response, std::move(cb));
+    }, std::move(done));
+  }
+  void RestoreShardsAsync(const RestoreShardsRequest* request, RestoreShardsResponse* response, Done done) override {
+    Call([=](grpc::ClientContext* c, std::function<void(grpc::Status)> cb) {
+      stub_->async()->RestoreShards(c, request, response, std::move(cb));
+    }, std::move(done));
+  }
+  void CommitRestoreAsync(const CommitRestoreRequest* request, CommitRestoreResponse* response, Done done) override {
+    Call([=](grpc::ClientContext* c, std::function<void(grpc::Status)> cb) {
+      stub_->async()->CommitRestore(c, request, response, std::move(cb));
+    }, std::move(done));
+  }
+
  private:
   // Issues one callback-API call through `start`; the context lives until the callback has run.
   template <typename Start>

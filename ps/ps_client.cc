@@ -40,6 +40,21 @@ absl::Status PsClient::Update(const UpdateRequest& request, UpdateResponse* resp
   return Wait([&](Done d) { UpdateAsync(&request, response, std::move(d)); });
 }
 
+absl::Status PsClient::Health(const HealthRequest& request, HealthResponse* response) {
+  return Wait([&](Done d) { HealthAsync(&request, response, std::move(d)); });
+}
+absl::Status PsClient::SaveShards(const SaveShardsRequest& request, SaveShardsResponse* response) {
+  return Wait([&](Done d) { SaveShardsAsync(&request, response, std::move(d)); });
+}
+absl::Status PsClient::RestoreShards(const RestoreShardsRequest& request,
+                                     RestoreShardsResponse* response) {
+  return Wait([&](Done d) { RestoreShardsAsync(&request, response, std::move(d)); });
+}
+absl::Status PsClient::CommitRestore(const CommitRestoreRequest& request,
+                                     CommitRestoreResponse* response) {
+  return Wait([&](Done d) { CommitRestoreAsync(&request, response, std::move(d)); });
+}
+
 absl::Status CallAll(int n, const std::function<void(int i, PsClient::Done done)>& start) {
   if (n <= 0) return absl::OkStatus();
   std::vector<absl::Status> statuses(n);

@@ -31,6 +31,15 @@ class PsClient {
   virtual void LookupAsync(const LookupRequest* request, LookupResponse* response, Done done) = 0;
   virtual void ReadAsync(const ReadRequest* request, ReadResponse* response, Done done) = 0;
   virtual void UpdateAsync(const UpdateRequest* request, UpdateResponse* response, Done done) = 0;
+  // Liveness and identity (fails fast with kUnavailable when the ps is down).
+  virtual void HealthAsync(const HealthRequest* request, HealthResponse* response, Done done) = 0;
+  // Checkpoints (see proto/ps_service.proto).
+  virtual void SaveShardsAsync(const SaveShardsRequest* request, SaveShardsResponse* response,
+                               Done done) = 0;
+  virtual void RestoreShardsAsync(const RestoreShardsRequest* request,
+                                  RestoreShardsResponse* response, Done done) = 0;
+  virtual void CommitRestoreAsync(const CommitRestoreRequest* request,
+                                  CommitRestoreResponse* response, Done done) = 0;
 
   // Blocking forms of the above.
   absl::Status CreateShards(const CreateShardsRequest& request, CreateShardsResponse* response);
@@ -38,6 +47,10 @@ class PsClient {
   absl::Status Lookup(const LookupRequest& request, LookupResponse* response);
   absl::Status Read(const ReadRequest& request, ReadResponse* response);
   absl::Status Update(const UpdateRequest& request, UpdateResponse* response);
+  absl::Status Health(const HealthRequest& request, HealthResponse* response);
+  absl::Status SaveShards(const SaveShardsRequest& request, SaveShardsResponse* response);
+  absl::Status RestoreShards(const RestoreShardsRequest& request, RestoreShardsResponse* response);
+  absl::Status CommitRestore(const CommitRestoreRequest& request, CommitRestoreResponse* response);
 };
 
 // Starts start(i, done) for every i in [0, n) at once (one async call per ps, say) and waits for all

@@ -61,6 +61,30 @@ class PsServiceImpl final : public PsService::CallbackService {
     return Finish(context, store_.Update(*request));
   }
 
+  // Checkpoint calls run long (disk I/O): they run on gRPC's callback thread too; the ps has
+  // nothing else to do meanwhile (the coordinator pauses training around them).
+  grpc::ServerUnaryReactor* SaveShards(grpc::CallbackServerContext* context,
+                                       const SaveShardsRequest* request,
+                                       SaveShardsResponse* response) override {
+    absl::StatusOr<SaveShardsResponse> saved = store_.SaveShards(*request);
+    if (saved.ok()) *response = *std::move(saved);
+    return Finish(context, saved.status());
+  }
+
+  grpc::ServerUnaryReactor* RestoreShards(grpc::CallbackServerContext* context,
+                                          const RestoreShardsRequest* request,
+                                          RestoreShardsResponse* response) override {
+    absl::StatusOr<RestoreShardsResponse> restored = store_.RestoreShards(*request);
+    if (restored.ok()) *response = *std::move(restored);
+    return Finish(context, restored.status());
+  }
+
+  grpc::ServerUnaryReactor* CommitRestore(grpc::CallbackServerContext* context,
+                                          const CommitRestoreRequest* request,
+                                          CommitRestoreResponse* /*response*/) override {
+    return Finish(context, store_.CommitRestore(request->restore_id(), request->abort()));
+  }
+
  private:
   static grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context,
                                           const absl::Status& status) {

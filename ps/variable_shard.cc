@@ -39,7 +39,8 @@ VariableShard::VariableShard(VariableShardDef def)
 // Rows ahead to prefetch in sparse loops: enough to overlap several cache misses.
 constexpr int64_t kPrefetchAhead = 8;
 
-absl::StatusOr<std::unique_ptr<VariableShard>> VariableShard::Create(const VariableShardDef& def) {
+absl::StatusOr<std::unique_ptr<VariableShard>> VariableShard::Create(const VariableShardDef& def,
+                                                                     bool initialize) {
   const std::string who = absl::StrCat("shard \"", def.name(), "\"");
   auto invalid = [&](absl::string_view why) {
     return absl::InvalidArgumentError(absl::StrCat(who, ": ", why));
@@ -101,7 +102,9 @@ absl::StatusOr<std::unique_ptr<VariableShard>> VariableShard::Create(const Varia
         absl::StrCat(who, ": out of memory for ", def.num_rows(), " rows of ", width));
   }
   const int64_t first_element = def.row_offset() * width;
-  if (def.dtype() == DT_FLOAT32) {
+  if (!initialize) {
+    // The caller fills every row and slot itself (a restore): skip the work.
+  } else if (def.dtype() == DT_FLOAT32) {
     InitializeFloat(def.initializer(), first_element, elements,
                     reinterpret_cast<float*>(shard->values_.data()));
   } else {
@@ -116,7 +119,9 @@ absl::StatusOr<std::unique_ptr<VariableShard>> VariableShard::Create(const Varia
       }
       const float init = shard->optimizer_->slot_initial_value(s);
       float* f = reinterpret_cast<float*>(slot.data());
-      for (int64_t i = 0; i < elements; ++i) f[i] = init;
+      if (initialize && init != 0.0f) {
+        for (int64_t i = 0; i < elements; ++i) f[i] = init;
+      }
       shard->slots_.push_back(std::move(slot));
     }
   }

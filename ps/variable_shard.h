@@ -23,9 +23,11 @@ namespace pstrain {
 // many operations can be checked whole before any of it is applied.
 class VariableShard {
  public:
-  // Validates `def`, allocates the rows and slots, and initializes them.
-  // Errors: kInvalidArgument naming the shard and the bad field.
-  static absl::StatusOr<std::unique_ptr<VariableShard>> Create(const VariableShardDef& def);
+  // Validates `def`, allocates the rows and slots, and initializes them (unless `initialize` is
+  // false: then they are zeros, for a caller that overwrites them all, as a restore does).
+  // Errors: kInvalidArgument naming the shard and the bad field; kResourceExhausted.
+  static absl::StatusOr<std::unique_ptr<VariableShard>> Create(const VariableShardDef& def,
+                                                               bool initialize = true);
 
   // The definition (with the optimizer's defaults filled in).
   const VariableShardDef& def() const { return def_; }
@@ -58,6 +60,11 @@ class VariableShard {
   // Raw access for checkpoints and tests: values and each slot, row-major, num_rows * width.
   const char* values_data() const { return values_.data(); }
   const float* slot_data(int slot) const { return Slot(slot); }
+  int num_slots() const { return static_cast<int>(slots_.size()); }
+  // For filling a shard that no one else sees yet (a restore stages a new shard, then swaps it in).
+  char* mutable_values_data() { return values_.data(); }
+  float* mutable_slot_data(int slot) { return Slot(slot); }
+  void set_apply_count(int64_t n) { apply_count_.store(n); }
 
  private:
   explicit VariableShard(VariableShardDef def);

@@ -134,11 +134,71 @@ absl::Status VariableStore::Read(const ReadRequest& request, ReadResponse* respo
 }
 
 absl::Status VariableStore::Update(const UpdateRequest& request) {
+  absl::ReaderMutexLock gate(&update_gate_);
   ASSIGN_OR_RETURN(auto shards, FindAll(request.ops()));
   for (int i = 0; i < request.ops_size(); ++i) {
     RETURN_IF_ERROR(shards[i]->ValidateUpdate(request.ops(i)));
   }
   for (int i = 0; i < request.ops_size(); ++i) shards[i]->Update(request.ops(i));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SaveShardsResponse> VariableStore::SaveShards(const SaveShardsRequest& request) {
+  absl::MutexLock gate(&update_gate_);
+  std::vector<std::shared_ptr<VariableShard>> shards;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    for (const auto& [name, shard] : shards_) shards.push_back(shard);
+  }
+  return WriteShardCheckpoint(request.db_path(), shards, request.chunk_bytes());
+}
+
+absl::StatusOr<RestoreShardsResponse> VariableStore::RestoreShards(
+    const RestoreShardsRequest& request) {
+  ASSIGN_OR_RETURN(auto live, FindAll(request.ops()));
+  absl::flat_hash_set<std::string> names;
+  for (const RestoreShardOp& op : request.ops()) {
+    if (!names.insert(op.shard()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("restore: shard \"", op.shard(), "\" appears twice in one request"));
+    }
+  }
+  absl::MutexLock lock(&restore_mu_);
+  // Drop an older staged restore first: its memory may be needed for this one.
+  staged_.clear();
+  has_staged_ = false;
+  std::vector<std::unique_ptr<VariableShard>> staged;
+  ShardCheckpointReader reader;
+  RestoreShardsResponse response;
+  for (int i = 0; i < request.ops_size(); ++i) {
+    ASSIGN_OR_RETURN(std::unique_ptr<VariableShard> fresh,
+                     VariableShard::Create(live[i]->def(), /*initialize=*/false));
+    ASSIGN_OR_RETURN(int64_t bytes, reader.ReadInto(request.ops(i), fresh.get()));
+    response.set_bytes(response.bytes() + bytes);
+    staged.push_back(std::move(fresh));
+  }
+  staged_ = std::move(staged);
+  staged_id_ = request.restore_id();
+  has_staged_ = true;
+  return response;
+}
+
+absl::Status VariableStore::CommitRestore(uint64_t restore_id, bool abort) {
+  absl::MutexLock lock(&restore_mu_);
+  if (!has_staged_ || staged_id_ != restore_id) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no restore staged under id ", restore_id, " on this ps"));
+  }
+  has_staged_ = false;
+  std::vector<std::unique_ptr<VariableShard>> staged = std::move(staged_);
+  staged_.clear();
+  if (abort) return absl::OkStatus();
+  absl::MutexLock gate(&update_gate_);
+  absl::MutexLock map_lock(&mu_);
+  for (auto& shard : staged) {
+    const std::string name = shard->name();
+    shards_[name] = std::shared_ptr<VariableShard>(std::move(shard));
+  }
   return absl::OkStatus();
 }
 

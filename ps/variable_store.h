@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "proto/ps_service.pb.h"
+#include "ps/shard_checkpoint.h"
 #include "ps/variable_shard.h"
 
 namespace pstrain {
@@ -38,14 +39,35 @@ class VariableStore {
   absl::Status Read(const ReadRequest& request, ReadResponse* response) const;
   absl::Status Update(const UpdateRequest& request);
 
+  // Checkpoints (see ps/shard_checkpoint.h). SaveShards writes every shard into a new database;
+  // updates wait while it writes, so values and slots are of one instant. Errors: as
+  // WriteShardCheckpoint.
+  absl::StatusOr<SaveShardsResponse> SaveShards(const SaveShardsRequest& request);
+  // Reads every op into new shards beside the live ones and keeps them under the request's id
+  // (replacing any earlier staged restore). Errors: kNotFound (unknown shard), and those of
+  // ShardCheckpointReader::ReadInto. Nothing live changes.
+  absl::StatusOr<RestoreShardsResponse> RestoreShards(const RestoreShardsRequest& request);
+  // Swaps the staged shards in (or drops them, with `abort`). Errors: kFailedPrecondition if
+  // nothing is staged under `restore_id`.
+  absl::Status CommitRestore(uint64_t restore_id, bool abort);
+
  private:
   // Finds every named shard, in order. Errors: kNotFound naming the first unknown shard.
   template <typename Ops>
   absl::StatusOr<std::vector<std::shared_ptr<VariableShard>>> FindAll(const Ops& ops) const;
 
+  // Updates hold it shared; a save or a restore's swap holds it exclusively.
+  absl::Mutex update_gate_;
+
   mutable absl::Mutex mu_;
   // Below: guarded by mu_.
   absl::flat_hash_map<std::string, std::shared_ptr<VariableShard>> shards_ ABSL_GUARDED_BY(mu_);
+
+  absl::Mutex restore_mu_;
+  // Below: guarded by restore_mu_. The staged restore, if any.
+  uint64_t staged_id_ ABSL_GUARDED_BY(restore_mu_) = 0;
+  std::vector<std::unique_ptr<VariableShard>> staged_ ABSL_GUARDED_BY(restore_mu_);
+  bool has_staged_ ABSL_GUARDED_BY(restore_mu_) = false;
 };
 
 }  // namespace pstrain

@@ -1,0 +1,323 @@
+#include "ps/shard_checkpoint.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "rocksdb/db.h"
+#include "rocksdb/options.h"
+#include "rocksdb/sst_file_writer.h"
+#include "rocksdb/table.h"
+
+namespace pstrain {
+namespace {
+
+constexpr char kValuesTensor[] = "values";
+
+std::string KeyPrefix(absl::string_view variable, absl::string_view tensor) {
+  std::string key;
+  key.reserve(variable.size() + tensor.size() + 10);
+  key.append(variable.data(), variable.size());
+  key.push_back('\0');
+  key.append(tensor.data(), tensor.size());
+  key.push_back('\0');
+  return key;
+}
+
+void AppendBigEndian(int64_t v, std::string* out) {
+  const uint64_t u = static_cast<uint64_t>(v);
+  for (int shift = 56; shift >= 0; shift -= 8) out->push_back(static_cast<char>(u >> shift));
+}
+
+int64_t ReadBigEndian(const char* p) {
+  uint64_t u = 0;
+  for (int i = 0; i < 8; ++i) u = (u << 8) | static_cast<unsigned char>(p[i]);
+  return static_cast<int64_t>(u);
+}
+
+// RocksDB options for checkpoint databases: no compression (float rows don't compress), CRC-32C
+// block checksums, no filters, sizes checked at open so a truncated file is found.
+rocksdb::Options CheckpointDbOptions() {
+  rocksdb::Options options;
+  options.compression = rocksdb::kNoCompression;
+  options.paranoid_checks = true;
+  options.max_open_files = -1;
+  options.info_log_level = rocksdb::WARN_LEVEL;
+  options.keep_log_file_num = 1;
+  rocksdb::BlockBasedTableOptions table;
+  table.checksum = rocksdb::kCRC32c;
+  table.block_size = 64 << 10;
+  table.no_block_cache = true;
+  options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  return options;
+}
+
+absl::Status IoError(absl::string_view what, const std::string& path, const rocksdb::Status& s) {
+  return absl::InternalError(absl::StrCat(what, " ", path, ": ", s.ToString()));
+}
+
+// One tensor of a shard (values or a slot) as raw rows.
+struct TensorView {
+  std::string name;
+  const char* data;
+  int64_t row_bytes;
+};
+
+std::vector<TensorView> TensorsOf(const VariableShard& shard) {
+  std::vector<TensorView> out;
+  out.push_back({kValuesTensor, shard.values_data(), shard.row_bytes()});
+  if (shard.optimizer() != nullptr) {
+    const std::vector<std::string> names = shard.optimizer()->slot_names();
+    for (int s = 0; s < shard.num_slots(); ++s) {
+      out.push_back({names[s], reinterpret_cast<const char*>(shard.slot_data(s)),
+                     shard.width() * static_cast<int64_t>(sizeof(float))});
+    }
+  }
+  return out;
+}
+
+absl::Status SyncFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::InternalError(absl::StrCat("open ", path, ": ", std::strerror(errno)));
+  const int rc = ::fdatasync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) return absl::InternalError(absl::StrCat("fdatasync ", path, ": ", std::strerror(err)));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string CheckpointKey(absl::string_view variable, absl::string_view tensor, int64_t first_row) {
+  std::string key = KeyPrefix(variable, tensor);
+  AppendBigEndian(first_row, &key);
+  return key;
+}
+
+absl::StatusOr<SaveShardsResponse> WriteShardCheckpoint(
+    const std::string& db_path, const std::vector<std::shared_ptr<VariableShard>>& shards,
+    int64_t chunk_bytes) {
+  if (db_path.empty()) return absl::InvalidArgumentError("SaveShards: empty db_path");
+  if (chunk_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("SaveShards: chunk_bytes ", chunk_bytes, " < 0"));
+  }
+  if (chunk_bytes == 0) chunk_bytes = kDefaultCheckpointChunkBytes;
+  struct stat st;
+  if (::stat(db_path.c_str(), &st) == 0) {
+    return absl::AlreadyExistsError(absl::StrCat("checkpoint database ", db_path, " already exists"));
+  }
+
+  // Key order: variable, tensor, row. Shards of one variable on this ps hold disjoint rows.
+  std::vector<std::shared_ptr<VariableShard>> sorted = shards;
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+    if (a->def().variable() != b->def().variable()) {
+      return a->def().variable() < b->def().variable();
+    }
+    return a->row_offset() < b->row_offset();
+  });
+
+  const rocksdb::Options options = CheckpointDbOptions();
+  rocksdb::Options create = options;
+  create.create_if_missing = true;
+  create.error_if_exists = true;
+  rocksdb::DB* raw_db = nullptr;
+  rocksdb::Status s = rocksdb::DB::Open(create, db_path, &raw_db);
+  if (!s.ok()) return IoError("creating checkpoint database", db_path, s);
+  std::unique_ptr<rocksdb::DB> db(raw_db);
+
+  SaveShardsResponse response;
+  const std::string sst_path = db_path + "/checkpoint.sst.tmp";
+  rocksdb::SstFileWriter writer(rocksdb::EnvOptions(), options);
+  s = writer.Open(sst_path);
+  if (!s.ok()) return IoError("creating", sst_path, s);
+  int64_t entries = 0;
+  size_t i = 0;
+  while (i < sorted.size()) {
+    // The shards of one variable: [i, j).
+    size_t j = i;
+    while (j < sorted.size() && sorted[j]->def().variable() == sorted[i]->def().variable()) ++j;
+    std::vector<std::vector<TensorView>> tensors;
+    for (size_t k = i; k < j; ++k) tensors.push_back(TensorsOf(*sorted[k]));
+    // Tensor names in key order ("values" and the slots), the same for every shard of a variable.
+    std::vector<int> order(tensors[0].size());
+    for (size_t t = 0; t < order.size(); ++t) order[t] = static_cast<int>(t);
+    std::sort(order.begin(), order.end(),
+              [&](int a, int b) { return tensors[0][a].name < tensors[0][b].name; });
+    for (int t : order) {
+      for (size_t k = i; k < j; ++k) {
+        const VariableShard& shard = *sorted[k];
+        const TensorView& view = tensors[k - i][t];
+        if (view.row_bytes == 0) continue;
+        const int64_t rows_per_chunk = std::max<int64_t>(1, chunk_bytes / view.row_bytes);
+        for (int64_t r = 0; r < shard.num_rows(); r += rows_per_chunk) {
+          const int64_t n = std::min(rows_per_chunk, shard.num_rows() - r);
+          s = writer.Put(CheckpointKey(shard.def().variable(), view.name, shard.row_offset() + r),
+                         rocksdb::Slice(view.data + r * view.row_bytes,
+                                        static_cast<size_t>(n * view.row_bytes)));
+          if (!s.ok()) return IoError("writing", sst_path, s);
+          ++entries;
+        }
+      }
+    }
+    for (size_t k = i; k < j; ++k) {
+      SavedShard* saved = response.add_shards();
+      *saved->mutable_def() = sorted[k]->def();
+      saved->set_apply_count(sorted[k]->apply_count());
+      int64_t bytes = 0;
+      for (const TensorView& view : tensors[k - i]) bytes += view.row_bytes * sorted[k]->num_rows();
+      saved->set_bytes(bytes);
+      response.set_bytes(response.bytes() + bytes);
+    }
+    i = j;
+  }
+
+  if (entries > 0) {
+    s = writer.Finish();
+    if (!s.ok()) return IoError("finishing", sst_path, s);
+    RETURN_IF_ERROR(SyncFile(sst_path));
+    rocksdb::IngestExternalFileOptions ingest;
+    ingest.move_files = true;
+    s = db->IngestExternalFile({sst_path}, ingest);
+    if (!s.ok()) return IoError("ingesting into", db_path, s);
+  } else {
+    // Nothing to write: an empty database (the writer refuses an empty file).
+    ::unlink(sst_path.c_str());
+  }
+  s = db->Close();
+  if (!s.ok()) return IoError("closing", db_path, s);
+  return response;
+}
+
+struct ShardCheckpointReader::Db {
+  std::string path;
+  std::unique_ptr<rocksdb::DB> db;
+};
+
+ShardCheckpointReader::ShardCheckpointReader() = default;
+ShardCheckpointReader::~ShardCheckpointReader() = default;
+
+absl::StatusOr<ShardCheckpointReader::Db*> ShardCheckpointReader::Open(const std::string& path) {
+  for (auto& db : dbs_) {
+    if (db->path == path) return db.get();
+  }
+  rocksdb::Options options = CheckpointDbOptions();
+  options.create_if_missing = false;
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status s = rocksdb::DB::OpenForReadOnly(options, path, &raw);
+  if (!s.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint database ", path, " can't be opened: ", s.ToString()));
+  }
+  auto db = std::make_unique<Db>();
+  db->path = path;
+  db->db.reset(raw);
+  dbs_.push_back(std::move(db));
+  return dbs_.back().get();
+}
+
+absl::StatusOr<int64_t> ShardCheckpointReader::ReadInto(const RestoreShardOp& op,
+                                                        VariableShard* shard) {
+  const std::string& variable = shard->def().variable();
+  const int64_t begin = shard->row_offset();
+  const int64_t end = begin + shard->num_rows();
+  // The sources must cover [begin, end) exactly once.
+  std::vector<std::pair<int64_t, int64_t>> spans;
+  int64_t apply_count = 0;
+  for (const CheckpointSource& src : op.sources()) {
+    const int64_t b = std::max(begin, src.row_offset());
+    const int64_t e = std::min(end, src.row_offset() + src.num_rows());
+    if (b < e) spans.emplace_back(b, e);
+    apply_count = std::max(apply_count, src.apply_count());
+  }
+  std::sort(spans.begin(), spans.end());
+  int64_t at = begin;
+  for (const auto& [b, e] : spans) {
+    if (b != at) break;
+    at = e;
+  }
+  if (at != end || (spans.empty() && begin != end)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("restore of shard \"", shard->name(), "\": the checkpoint sources don't cover ",
+                     "its rows [", begin, ", ", end, ") exactly once"));
+  }
+
+  // Values, then each slot: destination, row size, name.
+  struct Target {
+    std::string name;
+    char* data;
+    int64_t row_bytes;
+  };
+  std::vector<Target> targets;
+  targets.push_back({kValuesTensor, shard->mutable_values_data(), shard->row_bytes()});
+  if (shard->optimizer() != nullptr) {
+    const std::vector<std::string> names = shard->optimizer()->slot_names();
+    for (int s = 0; s < shard->num_slots(); ++s) {
+      targets.push_back({names[s], reinterpret_cast<char*>(shard->mutable_slot_data(s)),
+                         shard->width() * static_cast<int64_t>(sizeof(float))});
+    }
+  }
+
+  int64_t bytes = 0;
+  rocksdb::ReadOptions read;
+  read.verify_checksums = true;
+  read.fill_cache = false;
+  read.readahead_size = 8 << 20;
+  for (const CheckpointSource& src : op.sources()) {
+    const int64_t b = std::max(begin, src.row_offset());
+    const int64_t e = std::min(end, src.row_offset() + src.num_rows());
+    if (b >= e) continue;
+    ASSIGN_OR_RETURN(Db * db, Open(src.db_path()));
+    for (const Target& target : targets) {
+      if (target.row_bytes == 0) continue;
+      const std::string prefix = KeyPrefix(variable, target.name);
+      const auto where = [&] {
+        return absl::StrCat("checkpoint database ", src.db_path(), ", variable \"", variable,
+                            "\" ", target.name, " rows [", b, ", ", e, ")");
+      };
+      std::unique_ptr<rocksdb::Iterator> it(db->db->NewIterator(read));
+      const std::string first = CheckpointKey(variable, target.name, b);
+      it->SeekForPrev(first);
+      if (!it->Valid() || !it->key().starts_with(prefix)) it->Seek(first);
+      int64_t covered = 0;
+      for (; it->Valid(); it->Next()) {
+        const rocksdb::Slice key = it->key();
+        if (!key.starts_with(prefix) || key.size() != prefix.size() + 8) break;
+        const int64_t chunk_begin = ReadBigEndian(key.data() + prefix.size());
+        if (chunk_begin >= e) break;
+        const rocksdb::Slice value = it->value();
+        if (value.size() % target.row_bytes != 0) {
+          return absl::DataLossError(absl::StrCat(where(), ": the chunk at row ", chunk_begin, " is ",
+                                                  value.size(), " bytes, not whole rows of ",
+                                                  target.row_bytes));
+        }
+        const int64_t chunk_end = chunk_begin + static_cast<int64_t>(value.size()) / target.row_bytes;
+        const int64_t copy_begin = std::max(b, chunk_begin);
+        const int64_t copy_end = std::min(e, chunk_end);
+        if (copy_begin < copy_end) {
+          std::memcpy(target.data + (copy_begin - begin) * target.row_bytes,
+                      value.data() + (copy_begin - chunk_begin) * target.row_bytes,
+                      static_cast<size_t>((copy_end - copy_begin) * target.row_bytes));
+          covered += copy_end - copy_begin;
+        }
+      }
+      if (!it->status().ok()) {
+        return absl::DataLossError(absl::StrCat(where(), ": ", it->status().ToString()));
+      }
+      if (covered != e - b) {
+        return absl::DataLossError(absl::StrCat(where(), ": found ", covered, " of ", e - b,
+                                                " rows (missing or overlapping chunks)"));
+      }
+      bytes += covered * target.row_bytes;
+    }
+  }
+  shard->set_apply_count(apply_count);
+  return bytes;
+}
+
+}  // namespace pstrain

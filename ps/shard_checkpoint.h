@@ -1,0 +1,59 @@
+// A ps task's part of a checkpoint: its shards written into one RocksDB database, and rows read
+// back from such databases into shards of any (other) partitioning.
+//
+// Keys are <variable> \0 <tensor> \0 <global first row, 8 bytes big-endian>, where <tensor> is
+// "values" or an optimizer slot's name; each value holds whole rows, about `chunk_bytes` of them.
+// Keys sort by variable, tensor and row, so any row range of a variable is one seek and a forward
+// scan, whichever shard (and ps) wrote it. The database is built as one SST file and ingested, so
+// the data is written once, sequentially, with RocksDB's block checksums (CRC-32C) around it.
+#ifndef PSTRAIN_PS_SHARD_CHECKPOINT_H_
+#define PSTRAIN_PS_SHARD_CHECKPOINT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "proto/ps_service.pb.h"
+#include "ps/variable_shard.h"
+
+namespace pstrain {
+
+// Bytes of rows per RocksDB value when the request leaves it 0.
+inline constexpr int64_t kDefaultCheckpointChunkBytes = int64_t{4} << 20;
+
+// The key of the chunk of `tensor` of `variable` that starts at global row `first_row`.
+std::string CheckpointKey(absl::string_view variable, absl::string_view tensor, int64_t first_row);
+
+// Writes `shards` (values, then each slot) into a new RocksDB database at `db_path`, synced to
+// disk before it returns. The caller keeps the shards still while this runs.
+// Errors: kInvalidArgument (empty path, chunk_bytes < 0), kAlreadyExists (db_path exists),
+// kInternal (I/O, naming the path).
+absl::StatusOr<SaveShardsResponse> WriteShardCheckpoint(
+    const std::string& db_path, const std::vector<std::shared_ptr<VariableShard>>& shards,
+    int64_t chunk_bytes);
+
+// Fills a fresh shard (created with the live shard's definition, uninitialized) from `op.sources`:
+// values, every slot, and the gradient count (the largest of the sources'). Opens each database
+// read-only once per reader. Not thread-safe; one reader per restore.
+class ShardCheckpointReader {
+ public:
+  ShardCheckpointReader();
+  ~ShardCheckpointReader();
+
+  // Errors: kInvalidArgument (sources that don't cover the shard's rows exactly once),
+  // kDataLoss (a database that can't be opened, a missing, short or corrupt chunk; naming the
+  // database, tensor and rows). Returns the bytes read.
+  absl::StatusOr<int64_t> ReadInto(const RestoreShardOp& op, VariableShard* shard);
+
+ private:
+  struct Db;
+  absl::StatusOr<Db*> Open(const std::string& path);
+  std::vector<std::unique_ptr<Db>> dbs_;
+};
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_PS_SHARD_CHECKPOINT_H_
