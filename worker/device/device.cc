@@ -1,0 +1,424 @@
+// Device's argument checks (the same for every backend) and CreateDevice's choice of backend.
+#include "worker/device/device.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace pstrain {
+namespace {
+
+absl::Status NonNegative(const char* op, const char* what, int64_t value) {
+  if (value >= 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " must be >= 0, got ", value));
+}
+
+// A pointer may be null only if nothing is read or written through it.
+absl::Status Pointer(const char* op, const char* what, const void* p, int64_t elements) {
+  if (p != nullptr || elements == 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(op, ": ", what, " is null but covers ", elements, " elements"));
+}
+
+absl::Status LeadingDim(const char* op, const char* what, int64_t ld, int64_t min_ld) {
+  if (ld >= min_ld && ld >= 1) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(op, ": ", what, " is ", ld, " but must be >= ", std::max<int64_t>(min_ld, 1)));
+}
+
+// rows * cols, or an error if it overflows int64.
+absl::StatusOr<int64_t> Product(const char* op, int64_t a, int64_t b) {
+  if (a != 0 && b > INT64_MAX / a) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": size ", a, " x ", b, " overflows"));
+  }
+  return a * b;
+}
+
+}  // namespace
+
+// ---- DeviceBuffer ------------------------------------------------------------------------------
+
+DeviceBuffer::~DeviceBuffer() { Release(); }
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
+    : owner_(std::exchange(other.owner_, nullptr)),
+      data_(std::exchange(other.data_, nullptr)),
+      bytes_(std::exchange(other.bytes_, 0)) {}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  if (this != &other) {
+    Release();
+    owner_ = std::exchange(other.owner_, nullptr);
+    data_ = std::exchange(other.data_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+void DeviceBuffer::Release() {
+  if (owner_ != nullptr && data_ != nullptr) owner_->DoFree(data_);
+  owner_ = nullptr;
+  data_ = nullptr;
+  bytes_ = 0;
+}
+
+// ---- Memory ------------------------------------------------------------------------------------
+
+absl::StatusOr<DeviceBuffer> Device::Allocate(int64_t bytes) {
+  RETURN_IF_ERROR(NonNegative("Allocate", "bytes", bytes));
+  ASSIGN_OR_RETURN(void* data, DoAllocate(bytes));
+  return DeviceBuffer(this, data, bytes);
+}
+
+absl::Status Device::CopyToDevice(const void* host, void* device, int64_t bytes) {
+  RETURN_IF_ERROR(NonNegative("CopyToDevice", "bytes", bytes));
+  RETURN_IF_ERROR(Pointer("CopyToDevice", "host", host, bytes));
+  RETURN_IF_ERROR(Pointer("CopyToDevice", "device", device, bytes));
+  if (bytes == 0) return absl::OkStatus();
+  return DoCopyToDevice(host, device, bytes);
+}
+
+absl::Status Device::CopyToHost(const void* device, void* host, int64_t bytes) {
+  RETURN_IF_ERROR(NonNegative("CopyToHost", "bytes", bytes));
+  RETURN_IF_ERROR(Pointer("CopyToHost", "device", device, bytes));
+  RETURN_IF_ERROR(Pointer("CopyToHost", "host", host, bytes));
+  if (bytes == 0) return absl::OkStatus();
+  return DoCopyToHost(device, host, bytes);
+}
+
+absl::Status Device::CopyOnDevice(const void* from, void* to, int64_t bytes) {
+  RETURN_IF_ERROR(NonNegative("CopyOnDevice", "bytes", bytes));
+  RETURN_IF_ERROR(Pointer("CopyOnDevice", "from", from, bytes));
+  RETURN_IF_ERROR(Pointer("CopyOnDevice", "to", to, bytes));
+  if (bytes == 0) return absl::OkStatus();
+  return DoCopyOnDevice(from, to, bytes);
+}
+
+absl::Status Device::Zero(void* device, int64_t bytes) {
+  RETURN_IF_ERROR(NonNegative("Zero", "bytes", bytes));
+  RETURN_IF_ERROR(Pointer("Zero", "device", device, bytes));
+  if (bytes == 0) return absl::OkStatus();
+  return DoZero(device, bytes);
+}
+
+// ---- Dense layers ------------------------------------------------------------------------------
+
+absl::Status Device::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                          const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
+                          float* c, int64_t ldc) {
+  constexpr char kOp[] = "Gemm";
+  RETURN_IF_ERROR(NonNegative(kOp, "m", m));
+  RETURN_IF_ERROR(NonNegative(kOp, "n", n));
+  RETURN_IF_ERROR(NonNegative(kOp, "k", k));
+  RETURN_IF_ERROR(LeadingDim(kOp, trans_a ? "lda (A is k x m)" : "lda (A is m x k)", lda,
+                             trans_a ? m : k));
+  RETURN_IF_ERROR(LeadingDim(kOp, trans_b ? "ldb (B is n x k)" : "ldb (B is k x n)", ldb,
+                             trans_b ? k : n));
+  RETURN_IF_ERROR(LeadingDim(kOp, "ldc", ldc, n));
+  ASSIGN_OR_RETURN(int64_t mk, Product(kOp, m, k));
+  ASSIGN_OR_RETURN(int64_t kn, Product(kOp, k, n));
+  ASSIGN_OR_RETURN(int64_t mn, Product(kOp, m, n));
+  RETURN_IF_ERROR(Pointer(kOp, "a", a, mk));
+  RETURN_IF_ERROR(Pointer(kOp, "b", b, kn));
+  RETURN_IF_ERROR(Pointer(kOp, "c", c, mn));
+  if (mn == 0) return absl::OkStatus();
+  return DoGemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+absl::Status Device::BiasAdd(int64_t rows, int64_t cols, const float* bias, float* x) {
+  RETURN_IF_ERROR(NonNegative("BiasAdd", "rows", rows));
+  RETURN_IF_ERROR(NonNegative("BiasAdd", "cols", cols));
+  ASSIGN_OR_RETURN(int64_t size, Product("BiasAdd", rows, cols));
+  RETURN_IF_ERROR(Pointer("BiasAdd", "bias", bias, size == 0 ? 0 : cols));
+  RETURN_IF_ERROR(Pointer("BiasAdd", "x", x, size));
+  if (size == 0) return absl::OkStatus();
+  return DoBiasAdd(rows, cols, bias, x);
+}
+
+absl::Status Device::BiasGrad(int64_t rows, int64_t cols, const float* dy, float* dbias) {
+  RETURN_IF_ERROR(NonNegative("BiasGrad", "rows", rows));
+  RETURN_IF_ERROR(NonNegative("BiasGrad", "cols", cols));
+  ASSIGN_OR_RETURN(int64_t size, Product("BiasGrad", rows, cols));
+  RETURN_IF_ERROR(Pointer("BiasGrad", "dy", dy, size));
+  RETURN_IF_ERROR(Pointer("BiasGrad", "dbias", dbias, cols));
+  if (cols == 0) return absl::OkStatus();
+  return DoBiasGrad(rows, cols, dy, dbias);
+}
+
+absl::Status Device::Relu(int64_t n, const float* x, float* y) {
+  RETURN_IF_ERROR(NonNegative("Relu", "n", n));
+  RETURN_IF_ERROR(Pointer("Relu", "x", x, n));
+  RETURN_IF_ERROR(Pointer("Relu", "y", y, n));
+  if (n == 0) return absl::OkStatus();
+  return DoRelu(n, x, y);
+}
+
+absl::Status Device::ReluGrad(int64_t n, const float* y, const float* dy, float* dx) {
+  RETURN_IF_ERROR(NonNegative("ReluGrad", "n", n));
+  RETURN_IF_ERROR(Pointer("ReluGrad", "y", y, n));
+  RETURN_IF_ERROR(Pointer("ReluGrad", "dy", dy, n));
+  RETURN_IF_ERROR(Pointer("ReluGrad", "dx", dx, n));
+  if (n == 0) return absl::OkStatus();
+  return DoReluGrad(n, y, dy, dx);
+}
+
+absl::Status Device::Sigmoid(int64_t n, const float* x, float* y) {
+  RETURN_IF_ERROR(NonNegative("Sigmoid", "n", n));
+  RETURN_IF_ERROR(Pointer("Sigmoid", "x", x, n));
+  RETURN_IF_ERROR(Pointer("Sigmoid", "y", y, n));
+  if (n == 0) return absl::OkStatus();
+  return DoSigmoid(n, x, y);
+}
+
+// ---- Losses ------------------------------------------------------------------------------------
+
+absl::Status Device::SoftmaxCrossEntropy(int64_t rows, int64_t classes, const float* logits,
+                                         const int32_t* labels, float* probs, float* loss) {
+  constexpr char kOp[] = "SoftmaxCrossEntropy";
+  RETURN_IF_ERROR(NonNegative(kOp, "rows", rows));
+  if (classes < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(kOp, ": classes must be >= 1, got ", classes));
+  }
+  if (rows > INT32_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat(kOp, ": rows ", rows, " exceeds int32"));
+  }
+  ASSIGN_OR_RETURN(int64_t size, Product(kOp, rows, classes));
+  RETURN_IF_ERROR(Pointer(kOp, "logits", logits, size));
+  RETURN_IF_ERROR(Pointer(kOp, "labels", labels, rows));
+  RETURN_IF_ERROR(Pointer(kOp, "probs", probs, size));
+  RETURN_IF_ERROR(Pointer(kOp, "loss", loss, 1));
+  return DoSoftmaxCrossEntropy(rows, classes, logits, labels, probs, loss);
+}
+
+absl::Status Device::SoftmaxCrossEntropyGrad(int64_t rows, int64_t classes, const float* probs,
+                                             const int32_t* labels, float* dlogits) {
+  constexpr char kOp[] = "SoftmaxCrossEntropyGrad";
+  RETURN_IF_ERROR(NonNegative(kOp, "rows", rows));
+  if (classes < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(kOp, ": classes must be >= 1, got ", classes));
+  }
+  ASSIGN_OR_RETURN(int64_t size, Product(kOp, rows, classes));
+  RETURN_IF_ERROR(Pointer(kOp, "probs", probs, size));
+  RETURN_IF_ERROR(Pointer(kOp, "labels", labels, rows));
+  RETURN_IF_ERROR(Pointer(kOp, "dlogits", dlogits, size));
+  if (rows == 0) return absl::OkStatus();
+  return DoSoftmaxCrossEntropyGrad(rows, classes, probs, labels, dlogits);
+}
+
+absl::Status Device::SigmoidCrossEntropy(int64_t n, const float* logits, const float* labels,
+                                         float* loss, float* dlogits) {
+  constexpr char kOp[] = "SigmoidCrossEntropy";
+  RETURN_IF_ERROR(NonNegative(kOp, "n", n));
+  RETURN_IF_ERROR(Pointer(kOp, "logits", logits, n));
+  RETURN_IF_ERROR(Pointer(kOp, "labels", labels, n));
+  RETURN_IF_ERROR(Pointer(kOp, "loss", loss, 1));
+  return DoSigmoidCrossEntropy(n, logits, labels, loss, dlogits);
+}
+
+absl::Status Device::MeanSquaredError(int64_t n, const float* predictions, const float* targets,
+                                      float* loss, float* dpred) {
+  constexpr char kOp[] = "MeanSquaredError";
+  RETURN_IF_ERROR(NonNegative(kOp, "n", n));
+  RETURN_IF_ERROR(Pointer(kOp, "predictions", predictions, n));
+  RETURN_IF_ERROR(Pointer(kOp, "targets", targets, n));
+  RETURN_IF_ERROR(Pointer(kOp, "loss", loss, 1));
+  return DoMeanSquaredError(n, predictions, targets, loss, dpred);
+}
+
+// ---- Embeddings --------------------------------------------------------------------------------
+
+absl::StatusOr<int64_t> Device::Unique(int64_t n, const int64_t* ids, int64_t* unique_ids,
+                                       int32_t* index) {
+  RETURN_IF_ERROR(NonNegative("Unique", "n", n));
+  if (n > INT32_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat("Unique: n ", n, " exceeds int32 indices"));
+  }
+  RETURN_IF_ERROR(Pointer("Unique", "ids", ids, n));
+  RETURN_IF_ERROR(Pointer("Unique", "unique_ids", unique_ids, n));
+  RETURN_IF_ERROR(Pointer("Unique", "index", index, n));
+  if (n == 0) return 0;
+  return DoUnique(n, ids, unique_ids, index);
+}
+
+absl::Status Device::GatherRows(int64_t num_rows, int64_t dim, const float* table,
+                                const int32_t* index, int64_t n, float* out) {
+  constexpr char kOp[] = "GatherRows";
+  RETURN_IF_ERROR(NonNegative(kOp, "num_rows", num_rows));
+  RETURN_IF_ERROR(NonNegative(kOp, "dim", dim));
+  RETURN_IF_ERROR(NonNegative(kOp, "n", n));
+  ASSIGN_OR_RETURN(int64_t table_size, Product(kOp, num_rows, dim));
+  ASSIGN_OR_RETURN(int64_t out_size, Product(kOp, n, dim));
+  RETURN_IF_ERROR(Pointer(kOp, "table", table, table_size));
+  RETURN_IF_ERROR(Pointer(kOp, "index", index, n));
+  RETURN_IF_ERROR(Pointer(kOp, "out", out, out_size));
+  if (n == 0) return absl::OkStatus();
+  return DoGatherRows(num_rows, dim, table, index, n, out);
+}
+
+absl::Status Device::SumPool(int64_t batch, int64_t features, int64_t dim, const float* in,
+                             float* out) {
+  constexpr char kOp[] = "SumPool";
+  RETURN_IF_ERROR(NonNegative(kOp, "batch", batch));
+  RETURN_IF_ERROR(NonNegative(kOp, "features", features));
+  RETURN_IF_ERROR(NonNegative(kOp, "dim", dim));
+  ASSIGN_OR_RETURN(int64_t out_size, Product(kOp, batch, dim));
+  ASSIGN_OR_RETURN(int64_t in_size, Product(kOp, out_size, features));
+  RETURN_IF_ERROR(Pointer(kOp, "in", in, in_size));
+  RETURN_IF_ERROR(Pointer(kOp, "out", out, out_size));
+  if (out_size == 0) return absl::OkStatus();
+  return DoSumPool(batch, features, dim, in, out);
+}
+
+absl::Status Device::SumPoolGrad(int64_t batch, int64_t features, int64_t dim, const float* dout,
+                                 float* din) {
+  constexpr char kOp[] = "SumPoolGrad";
+  RETURN_IF_ERROR(NonNegative(kOp, "batch", batch));
+  RETURN_IF_ERROR(NonNegative(kOp, "features", features));
+  RETURN_IF_ERROR(NonNegative(kOp, "dim", dim));
+  ASSIGN_OR_RETURN(int64_t out_size, Product(kOp, batch, dim));
+  ASSIGN_OR_RETURN(int64_t in_size, Product(kOp, out_size, features));
+  RETURN_IF_ERROR(Pointer(kOp, "dout", dout, in_size == 0 ? 0 : out_size));
+  RETURN_IF_ERROR(Pointer(kOp, "din", din, in_size));
+  if (in_size == 0) return absl::OkStatus();
+  return DoSumPoolGrad(batch, features, dim, dout, din);
+}
+
+absl::Status Device::SegmentSum(int64_t n, int64_t dim, const float* grads, const int32_t* index,
+                                int64_t num_unique, float* out) {
+  constexpr char kOp[] = "SegmentSum";
+  RETURN_IF_ERROR(NonNegative(kOp, "n", n));
+  RETURN_IF_ERROR(NonNegative(kOp, "dim", dim));
+  RETURN_IF_ERROR(NonNegative(kOp, "num_unique", num_unique));
+  ASSIGN_OR_RETURN(int64_t in_size, Product(kOp, n, dim));
+  ASSIGN_OR_RETURN(int64_t out_size, Product(kOp, num_unique, dim));
+  RETURN_IF_ERROR(Pointer(kOp, "grads", grads, in_size));
+  RETURN_IF_ERROR(Pointer(kOp, "index", index, n));
+  RETURN_IF_ERROR(Pointer(kOp, "out", out, out_size));
+  if (n > 0 && num_unique == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOp, ": ", n, " gradients but num_unique is 0"));
+  }
+  if (out_size == 0 && n == 0) return absl::OkStatus();
+  return DoSegmentSum(n, dim, grads, index, num_unique, out);
+}
+
+namespace {
+
+// Checks each block and returns the sum of their widths.
+absl::StatusOr<int64_t> CheckBlocks(const char* op, int64_t rows,
+                                    absl::Span<const Device::ColumnBlock> blocks) {
+  RETURN_IF_ERROR(NonNegative(op, "rows", rows));
+  int64_t total = 0;
+  for (size_t j = 0; j < blocks.size(); ++j) {
+    const Device::ColumnBlock& block = blocks[j];
+    const std::string what = absl::StrCat("blocks[", j, "]");
+    RETURN_IF_ERROR(NonNegative(op, (what + ".cols").c_str(), block.cols));
+    RETURN_IF_ERROR(LeadingDim(op, (what + ".ld").c_str(), block.ld, block.cols));
+    ASSIGN_OR_RETURN(int64_t size, Product(op, rows, block.cols));
+    RETURN_IF_ERROR(Pointer(op, (what + ".data").c_str(), block.data, size));
+    if (block.cols > INT64_MAX - total) {
+      return absl::InvalidArgumentError(absl::StrCat(op, ": total width overflows"));
+    }
+    total += block.cols;
+  }
+  return total;
+}
+
+}  // namespace
+
+absl::Status Device::ConcatColumns(int64_t rows, absl::Span<const ColumnBlock> blocks,
+                                   float* out) {
+  ASSIGN_OR_RETURN(int64_t width, CheckBlocks("ConcatColumns", rows, blocks));
+  ASSIGN_OR_RETURN(int64_t size, Product("ConcatColumns", rows, width));
+  RETURN_IF_ERROR(Pointer("ConcatColumns", "out", out, size));
+  if (size == 0) return absl::OkStatus();
+  return DoConcatColumns(rows, blocks, out);
+}
+
+absl::Status Device::SplitColumns(int64_t rows, const float* in,
+                                  absl::Span<const ColumnBlock> blocks) {
+  ASSIGN_OR_RETURN(int64_t width, CheckBlocks("SplitColumns", rows, blocks));
+  ASSIGN_OR_RETURN(int64_t size, Product("SplitColumns", rows, width));
+  RETURN_IF_ERROR(Pointer("SplitColumns", "in", in, size));
+  if (size == 0) return absl::OkStatus();
+  return DoSplitColumns(rows, in, blocks);
+}
+
+// ---- Vectors -----------------------------------------------------------------------------------
+
+absl::Status Device::Axpy(int64_t n, float alpha, const float* x, float* y) {
+  RETURN_IF_ERROR(NonNegative("Axpy", "n", n));
+  RETURN_IF_ERROR(Pointer("Axpy", "x", x, n));
+  RETURN_IF_ERROR(Pointer("Axpy", "y", y, n));
+  if (n == 0) return absl::OkStatus();
+  return DoAxpy(n, alpha, x, y);
+}
+
+absl::Status Device::Scale(int64_t n, float alpha, float* x) {
+  RETURN_IF_ERROR(NonNegative("Scale", "n", n));
+  RETURN_IF_ERROR(Pointer("Scale", "x", x, n));
+  if (n == 0) return absl::OkStatus();
+  return DoScale(n, alpha, x);
+}
+
+absl::Status Device::RowDot(int64_t rows, int64_t dim, const float* a, const float* b,
+                            float* out) {
+  RETURN_IF_ERROR(NonNegative("RowDot", "rows", rows));
+  RETURN_IF_ERROR(NonNegative("RowDot", "dim", dim));
+  ASSIGN_OR_RETURN(int64_t size, Product("RowDot", rows, dim));
+  RETURN_IF_ERROR(Pointer("RowDot", "a", a, size));
+  RETURN_IF_ERROR(Pointer("RowDot", "b", b, size));
+  RETURN_IF_ERROR(Pointer("RowDot", "out", out, rows));
+  if (rows == 0) return absl::OkStatus();
+  return DoRowDot(rows, dim, a, b, out);
+}
+
+absl::Status Device::RowDotGrad(int64_t rows, int64_t dim, const float* a, const float* b,
+                                const float* dout, float* da, float* db) {
+  RETURN_IF_ERROR(NonNegative("RowDotGrad", "rows", rows));
+  RETURN_IF_ERROR(NonNegative("RowDotGrad", "dim", dim));
+  ASSIGN_OR_RETURN(int64_t size, Product("RowDotGrad", rows, dim));
+  RETURN_IF_ERROR(Pointer("RowDotGrad", "a", a, db == nullptr ? 0 : size));
+  RETURN_IF_ERROR(Pointer("RowDotGrad", "b", b, da == nullptr ? 0 : size));
+  RETURN_IF_ERROR(Pointer("RowDotGrad", "dout", dout, rows));
+  if (size == 0 || (da == nullptr && db == nullptr)) return absl::OkStatus();
+  return DoRowDotGrad(rows, dim, a, b, dout, da, db);
+}
+
+// ---- Replicas ----------------------------------------------------------------------------------
+
+absl::Status Device::AllReduceSum(absl::Span<float* const> buffers, int64_t n) {
+  RETURN_IF_ERROR(NonNegative("AllReduceSum", "n", n));
+  if (buffers.empty()) {
+    return absl::InvalidArgumentError("AllReduceSum: no buffers (need one per replica)");
+  }
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    RETURN_IF_ERROR(Pointer("AllReduceSum", absl::StrCat("buffers[", i, "]").c_str(), buffers[i], n));
+    for (size_t j = 0; j < i && n > 0; ++j) {
+      if (buffers[i] < buffers[j] + n && buffers[j] < buffers[i] + n) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("AllReduceSum: buffers[", j, "] and buffers[", i, "] overlap"));
+      }
+    }
+  }
+  if (n == 0 || buffers.size() == 1) return absl::OkStatus();
+  return DoAllReduceSum(buffers, n);
+}
+
+// ---- Factories ---------------------------------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceOptions& options) {
+  switch (options.kind) {
+    case DeviceOptions::Kind::kAuto:
+    case DeviceOptions::Kind::kCpu:
+      return CreateCpuDevice(options.cpu);
+    case DeviceOptions::Kind::kCuda:
+      return absl::FailedPreconditionError(absl::StrCat(
+          "CreateDevice: cuda:", options.gpu_ordinal, " asked for, but this build has no CUDA "
+          "support"));
+  }
+  return absl::InvalidArgumentError("CreateDevice: unknown device kind");
+}
+
+}  // namespace pstrain
