@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -95,6 +96,7 @@ class ClusterCoordinatorImpl final : public ClusterCoordinator {
       Worker* raw = w.get();
       raw->thread = std::thread([this, raw] { WorkerLoop(raw); });
     }
+    if (ps_ != nullptr) ps_thread_ = std::thread([this] { PsMonitorLoop(); });
   }
 
   ~ClusterCoordinatorImpl() override {
@@ -117,6 +119,7 @@ class ClusterCoordinatorImpl final : public ClusterCoordinator {
       queue_.clear();
     }
     for (auto& w : workers_) w->thread.join();
+    if (ps_thread_.joinable()) ps_thread_.join();
   }
 
   absl::StatusOr<RemoteValue> Schedule(const std::string& name, std::vector<Tensor> args,
@@ -191,6 +194,19 @@ class ClusterCoordinatorImpl final : public ClusterCoordinator {
     return PerWorkerDataset{request.resource_id()};
   }
 
+  absl::Status RunExclusive(const std::function<absl::Status()>& fn) override {
+    absl::MutexLock exclusive(&exclusive_mu_);
+    {
+      absl::MutexLock lock(&mu_);
+      exclusive_ = true;
+      AwaitIdleLocked();
+    }
+    absl::Status s = fn();
+    absl::MutexLock lock(&mu_);
+    exclusive_ = false;
+    return s;
+  }
+
   VariableCreator* variables() override { return creator_.get(); }
   PsConnection* ps() override { return ps_.get(); }
   int num_workers() const override { return static_cast<int>(workers_.size()); }
@@ -210,6 +226,116 @@ class ClusterCoordinatorImpl final : public ClusterCoordinator {
     uint64_t incarnation = 0;
     int inflight = 0;
   };
+
+  // Waits until no closure runs anywhere.
+  void AwaitIdleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    mu_.Await(absl::Condition(
+        +[](ClusterCoordinatorImpl* self) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          for (const auto& w : self->workers_) {
+            if (w->inflight > 0) return false;
+          }
+          return true;
+        },
+        this));
+  }
+
+  // Whether dispatch is stopped: an exclusive section or a ps check is under way.
+  bool HeldLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return exclusive_ || ps_checks_done_ < ps_checks_asked_;
+  }
+
+  // Checks every ps after a closure hit a ps failure (see the class comment); runs on its own
+  // thread, one check at a time.
+  void PsMonitorLoop() {
+    while (true) {
+      int64_t asked = 0;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(
+            +[](ClusterCoordinatorImpl* self) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+              return self->stopping_ || self->ps_checks_done_ < self->ps_checks_asked_;
+            },
+            this));
+        if (stopping_) return;
+        asked = ps_checks_asked_;
+      }
+      absl::Status s;
+      bool recovered = false;
+      {
+        absl::MutexLock exclusive(&exclusive_mu_);
+        s = CheckAllPs(&recovered);
+      }
+      absl::MutexLock lock(&mu_);
+      ps_checks_done_ = asked;  // failures reported during the check ask for another one
+      if (recovered) {
+        for (auto& c : queue_) c->ps_retries = 0;
+      }
+      if (!s.ok() && !stopping_) FailLocked(s);
+    }
+  }
+
+  // Waits for each ps to answer, and recovers those that lost their shards.
+  absl::Status CheckAllPs(bool* recovered) {
+    for (int i = 0; i < ps_->num_ps(); ++i) {
+      PsClient* ps = ps_->ps(i);
+      const absl::Time deadline = absl::Now() + options_.ps_unavailable_timeout;
+      absl::Duration backoff = options_.reconnect_backoff_initial;
+      HealthResponse health;
+      bool logged = false;
+      while (true) {
+        absl::Status s = ps->Health(HealthRequest(), &health);
+        if (s.ok()) break;
+        if (absl::Now() > deadline) {
+          return absl::UnavailableError(
+              absl::StrCat(ps->name(), " has been unreachable for ",
+                           absl::FormatDuration(options_.ps_unavailable_timeout),
+                           "; giving up: ", s.message()));
+        }
+        if (!logged) {
+          LOG(WARNING) << ps->name() << " unreachable (" << s.message()
+                       << "); closures wait until it is back";
+          logged = true;
+        }
+        absl::MutexLock lock(&mu_);
+        if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), backoff)) {
+          return absl::CancelledError("the coordinator is shutting down");
+        }
+        backoff = std::min(backoff * 2, options_.reconnect_backoff_max);
+      }
+      if (logged) LOG(INFO) << ps->name() << " is reachable again";
+      if (creator_ == nullptr) continue;
+      ListShardsResponse listed;
+      RETURN_IF_ERROR(ps->ListShards(ListShardsRequest(), &listed));
+      absl::flat_hash_set<std::string> held;
+      for (const VariableShardDef& d : listed.shards()) held.insert(d.name());
+      int lost = 0;
+      for (const PlacedShard& p : creator_->placed_shards()) {
+        if (p.ps == i && !held.contains(p.def.name())) ++lost;
+      }
+      if (lost == 0) continue;
+      // It restarted. Let the running closures finish (they fail fast against it), then rebuild.
+      {
+        absl::MutexLock lock(&mu_);
+        AwaitIdleLocked();
+      }
+      LOG(WARNING) << ps->name() << " restarted"
+                   << absl::StrFormat(" (incarnation %016x)", health.incarnation())
+                   << " without " << lost << " of its shards; re-creating them";
+      ASSIGN_OR_RETURN(int created, creator_->RecreateOnPs(i));
+      (void)created;
+      if (options_.on_ps_restarted) {
+        absl::Status s = options_.on_ps_restarted(i);
+        if (!s.ok()) {
+          return absl::Status(s.code(), absl::StrCat("recovering ", ps->name(), ": ", s.message()));
+        }
+      } else {
+        LOG(WARNING) << ps->name() << ": no checkpoints to restore from; its shards start again "
+                     << "from their initial values (all their updates are lost)";
+      }
+      *recovered = true;
+    }
+    return absl::OkStatus();
+  }
 
   absl::Status TakeErrorLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     absl::Status e = std::move(error_);
@@ -299,7 +425,8 @@ class ClusterCoordinatorImpl final : public ClusterCoordinator {
           absl::MutexLock lock(&mu_);
           auto ready = [this, w]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
             return stopping_ || !w->healthy ||
-                   (!queue_.empty() && w->inflight < options_.max_inflight_per_worker);
+                   (!HeldLocked() && !queue_.empty() &&
+                    w->inflight < options_.max_inflight_per_worker);
           };
           mu_.Await(absl::Condition(&ready));
           if (stopping_) return;
@@ -343,8 +470,11 @@ class ClusterCoordinatorImpl final : public ClusterCoordinator {
     if (s.code() == absl::StatusCode::kAborted && c->ps_retries < options_.ps_failure_retries) {
       ++c->ps_retries;
       LOG(WARNING) << "closure \"" << c->request.closure() << "\" hit a ps failure (" << s.message()
-                   << "); retry " << c->ps_retries << " of " << options_.ps_failure_retries;
-      RequeueLocked(c, /*front=*/false);
+                   << "); checking the ps tasks, then retry " << c->ps_retries << " of "
+                   << options_.ps_failure_retries;
+      // Hold dispatch until the ps tasks are checked (and recovered if they restarted).
+      if (ps_ != nullptr) ++ps_checks_asked_;
+      RequeueLocked(c, /*front=*/true);
       return;
     }
     --outstanding_;
@@ -353,16 +483,18 @@ class ClusterCoordinatorImpl final : public ClusterCoordinator {
       return;
     }
     c->value->Finish(ValueState::kFailed, s, {});
-    if (error_.ok()) {
-      error_ = s;
-      // Cancel everything still queued: TF semantics.
-      const absl::Status cancelled = absl::CancelledError(
-          absl::StrCat("closure cancelled because another closure failed: ", s.message(),
-                       "; schedule it again"));
-      for (auto& q : queue_) q->value->Finish(ValueState::kCancelled, cancelled, {});
-      outstanding_ -= static_cast<int64_t>(queue_.size());
-      queue_.clear();
-    }
+    FailLocked(s);
+  }
+
+  // Records the job's first error and cancels everything still queued (TF semantics).
+  void FailLocked(const absl::Status& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!error_.ok()) return;
+    error_ = s;
+    const absl::Status cancelled = absl::CancelledError(absl::StrCat(
+        "closure cancelled because another closure failed: ", s.message(), "; schedule it again"));
+    for (auto& q : queue_) q->value->Finish(ValueState::kCancelled, cancelled, {});
+    outstanding_ -= static_cast<int64_t>(queue_.size());
+    queue_.clear();
   }
 
   void RequeueLocked(const std::shared_ptr<Closure>& c, bool front)
@@ -387,6 +519,9 @@ class ClusterCoordinatorImpl final : public ClusterCoordinator {
   std::unique_ptr<PsConnection> ps_;
   std::unique_ptr<VariableCreator> creator_;
   std::vector<std::unique_ptr<Worker>> workers_;  // fixed after construction
+  std::thread ps_thread_;                         // checks ps tasks after ps failures
+  // Held through an exclusive section or a ps check, so that the two never overlap.
+  absl::Mutex exclusive_mu_ ABSL_ACQUIRED_BEFORE(mu_);
 
   mutable absl::Mutex mu_;
   // Below: guarded by mu_ (and the Worker fields marked so).
@@ -394,6 +529,10 @@ class ClusterCoordinatorImpl final : public ClusterCoordinator {
   int64_t outstanding_ ABSL_GUARDED_BY(mu_) = 0;  // scheduled, not finished (queued + running)
   absl::Status error_ ABSL_GUARDED_BY(mu_);       // first closure error, not yet returned
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool exclusive_ ABSL_GUARDED_BY(mu_) = false;         // RunExclusive holds dispatch
+  // A ps failure holds dispatch until a check started after it has finished.
+  int64_t ps_checks_asked_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t ps_checks_done_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t next_resource_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::vector<CreateResourceRequest> resources_ ABSL_GUARDED_BY(mu_);
 };

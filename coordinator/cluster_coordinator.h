@@ -7,9 +7,16 @@
 // calls fail in transport, or it comes back with a new incarnation) has its closures put back in the
 // queue to run elsewhere; the coordinator reconnects with backoff and, when the worker returns,
 // re-creates its per-worker datasets before giving it work again.
+//
+// ps failures (beyond TF, where they end the job): a closure that could not reach a ps, or found
+// it without its shards, comes back ABORTED. Dispatch then stops while the coordinator checks every
+// ps: it waits (up to ps_unavailable_timeout) for an unreachable one, and a ps that came back
+// without its shards gets them re-created and then `on_ps_restarted` (a checkpoint restore) before
+// dispatch resumes. The closures go back in the queue meanwhile; none fails because of it.
 #ifndef PSTRAIN_COORDINATOR_CLUSTER_COORDINATOR_H_
 #define PSTRAIN_COORDINATOR_CLUSTER_COORDINATOR_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,6 +42,13 @@ struct CoordinatorOptions {
   // Reconnect backoff for a failed worker: first wait, and the cap. Defaults 100 ms and 5 s.
   absl::Duration reconnect_backoff_initial = absl::Milliseconds(100);
   absl::Duration reconnect_backoff_max = absl::Seconds(5);
+  // Called when a ps task is back without its shards (it restarted), after they were re-created
+  // with their initial values and while no closure runs: e.g. restore them from the latest
+  // checkpoint (CheckpointManager::RestorePs). An error fails the job. Default: none (the shards
+  // start again from their initial values, and a warning says so).
+  std::function<absl::Status(int ps)> on_ps_restarted;
+  // How long closures wait for an unreachable ps task before the job fails. Default 10 minutes.
+  absl::Duration ps_unavailable_timeout = absl::Minutes(10);
 };
 
 namespace coordinator_internal {
@@ -95,6 +109,11 @@ class ClusterCoordinator {
   // Errors: those of the workers reachable now (e.g. kNotFound for an unknown dataset function).
   virtual absl::StatusOr<PerWorkerDataset> CreatePerWorkerDataset(const std::string& dataset_fn,
                                                                   std::vector<Tensor> args) = 0;
+
+  // Runs `fn` while no closure runs: stops dispatching, waits for the running closures to finish,
+  // runs `fn`, and resumes. Closures scheduled meanwhile wait in the queue. For checkpoints.
+  // Returns fn's status.
+  virtual absl::Status RunExclusive(const std::function<absl::Status()>& fn) = 0;
 
   // Creates variables on the ps tasks (partitioner and round-robin placement).
   virtual VariableCreator* variables() = 0;

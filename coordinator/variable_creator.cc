@@ -56,6 +56,7 @@ absl::StatusOr<ShardedVariable> VariableCreator::Create(const VariableSpec& spec
 
   std::map<int, CreateShardsRequest> requests;
   std::vector<ShardLocation> locations;
+  std::vector<PlacedShard> placed;
   for (const ShardPlacement& p : placements) {
     VariableShardDef* def = requests[p.ps].add_shards();
     def->set_name(p.name);
@@ -69,6 +70,7 @@ absl::StatusOr<ShardedVariable> VariableCreator::Create(const VariableSpec& spec
     *def->mutable_initializer() = spec.initializer;
     if (spec.optimizer) *def->mutable_optimizer() = *spec.optimizer;
     locations.push_back(ShardLocation{p.name, p.row_offset, p.rows, p.ps});
+    placed.push_back(PlacedShard{p.ps, *def});
   }
   ASSIGN_OR_RETURN(ShardedVariable variable,
                    ShardedVariable::Create(spec.name, spec.shape, dtype, locations, ps_));
@@ -81,7 +83,29 @@ absl::StatusOr<ShardedVariable> VariableCreator::Create(const VariableSpec& spec
     ps_[sends[i].first]->CreateShardsAsync(sends[i].second, &responses[i], std::move(done));
   }));
   created_.emplace(spec.name, std::make_pair(key, variable));
+  placed_.insert(placed_.end(), placed.begin(), placed.end());
   return variable;
+}
+
+std::vector<PlacedShard> VariableCreator::placed_shards() const {
+  absl::MutexLock lock(&mu_);
+  return placed_;
+}
+
+absl::StatusOr<int> VariableCreator::RecreateOnPs(int ps) {
+  if (ps < 0 || ps >= static_cast<int>(ps_.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("no ps task ", ps));
+  }
+  CreateShardsRequest request;
+  for (const PlacedShard& p : placed_shards()) {
+    if (p.ps == ps) *request.add_shards() = p.def;
+  }
+  if (request.shards_size() == 0) return 0;
+  CreateShardsResponse response;
+  RETURN_IF_ERROR(ps_[ps]->CreateShards(request, &response));
+  int created = 0;
+  for (bool c : response.created()) created += c ? 1 : 0;
+  return created;
 }
 
 std::map<std::string, ShardedVariable> VariableCreator::variables() const {

@@ -36,6 +36,12 @@ struct VariableSpec {
   std::optional<OptimizerDef> optimizer;
 };
 
+// A shard as created: its definition and its ps task.
+struct PlacedShard {
+  int ps = 0;
+  VariableShardDef def;
+};
+
 // Thread-safe.
 class VariableCreator {
  public:
@@ -49,6 +55,13 @@ class VariableCreator {
 
   // Handles of every variable created so far, by name.
   std::map<std::string, ShardedVariable> variables() const;
+  // Every shard created so far, in creation order.
+  std::vector<PlacedShard> placed_shards() const;
+
+  // Creates again, with their initial values, the shards placed on ps task `ps` that it no longer
+  // holds (after it restarted); those it still holds are left alone. Returns how many it created.
+  // Errors: the ps errors.
+  absl::StatusOr<int> RecreateOnPs(int ps);
 
  private:
   const std::vector<PsClient*> ps_;
@@ -56,6 +69,7 @@ class VariableCreator {
   // Below: guarded by mu_.
   ShardPlacer placer_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::pair<std::string, ShardedVariable>> created_ ABSL_GUARDED_BY(mu_);
+  std::vector<PlacedShard> placed_ ABSL_GUARDED_BY(mu_);
 };
 
 // The wire dtype of a variable dtype (kInvalid for types variables can't hold).

@@ -4,6 +4,7 @@
 #include <map>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -166,9 +167,12 @@ class WorkerServiceImpl final : public WorkerService::CallbackService {
     if (!outputs.ok()) {
       const absl::Status& s = outputs.status();
       // A ps that could not be reached inside the closure is not this worker failing: say so
-      // with ABORTED, so the coordinator retries the closure instead of dropping the worker.
+      // with ABORTED, so the coordinator retries the closure instead of dropping the worker. A
+      // ps that doesn't know a shard we have a handle for restarted: the same.
       if (s.code() == absl::StatusCode::kUnavailable ||
-          s.code() == absl::StatusCode::kDeadlineExceeded) {
+          s.code() == absl::StatusCode::kDeadlineExceeded ||
+          (s.code() == absl::StatusCode::kNotFound &&
+           absl::StrContains(s.message(), "unknown variable shard"))) {
         return absl::AbortedError(absl::StrCat("closure \"", request.closure(), "\" on worker:",
                                                me.index, ": ps failure: ", s.message()));
       }

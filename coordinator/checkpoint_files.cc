@@ -1,0 +1,182 @@
+#include "coordinator/checkpoint_files.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/crc32c.h"
+#include "common/status_macros.h"
+
+namespace pstrain {
+namespace {
+
+constexpr char kMagic[] = "PSCKPT01";
+constexpr size_t kMagicSize = 8;
+constexpr size_t kHeaderSize = kMagicSize + 8 + 4;
+constexpr char kPrefix[] = "ckpt-";
+
+absl::Status Errno(absl::string_view what, const std::string& path) {
+  return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
+}
+
+absl::Status WriteAll(int fd, const char* data, size_t n, const std::string& path) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, data, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return Errno("writing", path);
+    }
+    data += w;
+    n -= static_cast<size_t>(w);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SyncDir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Errno("opening directory", dir);
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) return Errno("syncing directory", dir);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string CheckpointPath(const std::string& dir, int64_t step) {
+  return absl::StrFormat("%s/%s%012d", dir, kPrefix, step);
+}
+
+int64_t CheckpointStep(const std::string& base_name) {
+  if (!absl::StartsWith(base_name, kPrefix)) return -1;
+  const std::string digits = base_name.substr(sizeof(kPrefix) - 1);
+  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), absl::ascii_isdigit)) return -1;
+  int64_t step;
+  if (!absl::SimpleAtoi(digits, &step)) return -1;
+  return step;
+}
+
+absl::Status WriteManifest(const std::string& checkpoint_path, const CheckpointManifest& manifest,
+                           const std::function<absl::Status()>& before_rename) {
+  std::string payload;
+  if (!manifest.SerializeToString(&payload)) {
+    return absl::InternalError(absl::StrCat("can't serialize the manifest of ", checkpoint_path));
+  }
+  std::string file(kMagic, kMagicSize);
+  const uint64_t length = payload.size();
+  for (int i = 0; i < 8; ++i) file.push_back(static_cast<char>(length >> (8 * i)));
+  const uint32_t crc = crc32c::Mask(crc32c::Value(payload));
+  for (int i = 0; i < 4; ++i) file.push_back(static_cast<char>(crc >> (8 * i)));
+  file += payload;
+
+  const std::string final_path = absl::StrCat(checkpoint_path, "/", kManifestFileName);
+  const std::string temp_path = final_path + ".tmp";
+  const int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Errno("creating", temp_path);
+  absl::Status s = WriteAll(fd, file.data(), file.size(), temp_path);
+  if (s.ok() && ::fdatasync(fd) != 0) s = Errno("syncing", temp_path);
+  ::close(fd);
+  RETURN_IF_ERROR(s);
+  if (before_rename) RETURN_IF_ERROR(before_rename());
+  if (::rename(temp_path.c_str(), final_path.c_str()) != 0) return Errno("renaming", temp_path);
+  return SyncDir(checkpoint_path);
+}
+
+absl::StatusOr<CheckpointManifest> ReadManifest(const std::string& checkpoint_path) {
+  const std::string path = absl::StrCat(checkpoint_path, "/", kManifestFileName);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) {
+      return absl::NotFoundError(absl::StrCat(
+          "no checkpoint at ", checkpoint_path, " (", path,
+          " is missing: not a checkpoint, or a save that did not finish)"));
+    }
+    return Errno("opening", path);
+  }
+  std::string file;
+  char buffer[1 << 16];
+  while (true) {
+    const ssize_t r = ::read(fd, buffer, sizeof(buffer));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      absl::Status s = Errno("reading", path);
+      ::close(fd);
+      return s;
+    }
+    if (r == 0) break;
+    file.append(buffer, static_cast<size_t>(r));
+  }
+  ::close(fd);
+  auto corrupt = [&](absl::string_view why) {
+    return absl::DataLossError(absl::StrCat("checkpoint manifest ", path, " is corrupt: ", why));
+  };
+  if (file.size() < kHeaderSize) return corrupt(absl::StrCat("only ", file.size(), " bytes"));
+  if (file.compare(0, kMagicSize, kMagic) != 0) return corrupt("bad magic");
+  uint64_t length = 0;
+  for (int i = 0; i < 8; ++i) {
+    length |= static_cast<uint64_t>(static_cast<unsigned char>(file[kMagicSize + i])) << (8 * i);
+  }
+  uint32_t crc = 0;
+  for (int i = 0; i < 4; ++i) {
+    crc |= static_cast<uint32_t>(static_cast<unsigned char>(file[kMagicSize + 8 + i])) << (8 * i);
+  }
+  if (file.size() - kHeaderSize != length) {
+    return corrupt(absl::StrCat("payload is ", file.size() - kHeaderSize, " bytes, header says ",
+                                length));
+  }
+  const absl::string_view payload(file.data() + kHeaderSize, length);
+  if (crc32c::Unmask(crc) != crc32c::Value(payload)) return corrupt("CRC-32C mismatch");
+  CheckpointManifest manifest;
+  if (!manifest.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
+    return corrupt("unparsable");
+  }
+  return manifest;
+}
+
+absl::StatusOr<std::vector<CheckpointEntry>> ListCheckpointDirs(const std::string& dir) {
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::status(dir, ec);
+  if (!std::filesystem::exists(st)) {
+    return absl::NotFoundError(absl::StrCat("checkpoint directory ", dir, " does not exist"));
+  }
+  if (!std::filesystem::is_directory(st)) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint directory ", dir,
+                                                   " is not a directory"));
+  }
+  std::vector<CheckpointEntry> out;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const int64_t step = CheckpointStep(entry.path().filename().string());
+    if (step < 0 || !entry.is_directory()) continue;
+    CheckpointEntry e;
+    e.step = step;
+    e.path = entry.path().string();
+    e.complete = std::filesystem::exists(entry.path() / kManifestFileName);
+    out.push_back(std::move(e));
+  }
+  if (ec) {
+    return absl::InternalError(absl::StrCat("listing ", dir, ": ", ec.message()));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const CheckpointEntry& a, const CheckpointEntry& b) { return a.step < b.step; });
+  return out;
+}
+
+absl::StatusOr<CheckpointEntry> LatestCheckpoint(const std::string& dir) {
+  ASSIGN_OR_RETURN(std::vector<CheckpointEntry> all, ListCheckpointDirs(dir));
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    if (it->complete) return *it;
+  }
+  return absl::NotFoundError(absl::StrCat("no complete checkpoint in ", dir));
+}
+
+}  // namespace pstrain

@@ -1,0 +1,332 @@
+#include "coordinator/checkpoint_manager.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <random>
+#include <set>
+#include <system_error>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "common/tensor.h"
+#include "coordinator/checkpoint_files.h"
+#include "ps/optimizers.h"
+
+namespace pstrain {
+namespace {
+
+std::string PsDbName(int ps) { return absl::StrCat("ps-", ps); }
+
+std::string ShapeText(const google::protobuf::RepeatedField<int64_t>& shape) {
+  return ShapeToString(Shape(shape.begin(), shape.end()));
+}
+
+// Prefixes a status's message with the checkpoint it concerns, keeping the code.
+absl::Status About(const std::string& path, const absl::Status& s) {
+  if (s.ok()) return s;
+  return absl::Status(s.code(), absl::StrCat("checkpoint ", path, ": ", s.message()));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Create(
+    const CheckpointOptions& options, std::vector<PsClient*> ps, VariableCreator* variables) {
+  if (options.dir.empty()) return absl::InvalidArgumentError("checkpoint dir is empty");
+  if (options.keep < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoints to keep must be at least 1, got ", options.keep));
+  }
+  if (options.chunk_bytes < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint chunk_bytes must be at least 1, got ", options.chunk_bytes));
+  }
+  if (variables == nullptr || ps.empty()) {
+    return absl::InvalidArgumentError("checkpoints need the ps tasks and the variable creator");
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(options.dir, ec);
+  if (ec || !std::filesystem::is_directory(options.dir)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint dir ", options.dir, " can't be created or is not a directory",
+        ec ? absl::StrCat(": ", ec.message()) : ""));
+  }
+  return std::unique_ptr<CheckpointManager>(
+      new CheckpointManager(options, std::move(ps), variables));
+}
+
+absl::Status CheckpointManager::Fault(absl::string_view point) const {
+  return options_.fault_hook ? options_.fault_hook(point) : absl::OkStatus();
+}
+
+absl::StatusOr<std::string> CheckpointManager::Save(
+    int64_t step, const std::map<std::string, std::string>& state) {
+  if (step < 0) return absl::InvalidArgumentError(absl::StrCat("checkpoint step ", step, " < 0"));
+  const absl::Time start = absl::Now();
+  const std::string path = CheckpointPath(options_.dir, step);
+  std::error_code ec;
+  if (std::filesystem::exists(path)) {
+    if (ReadManifest(path).ok()) {
+      LOG(INFO) << "checkpoint at step " << step << " already saved: " << path;
+      return path;
+    }
+    // The remains of a save that did not finish (or a corrupt one): replace them.
+    LOG(WARNING) << "removing incomplete checkpoint " << path;
+    std::filesystem::remove_all(path, ec);
+    if (ec) return absl::InternalError(absl::StrCat("removing ", path, ": ", ec.message()));
+  }
+  std::filesystem::create_directories(path, ec);
+  if (ec) return absl::InternalError(absl::StrCat("creating ", path, ": ", ec.message()));
+  RETURN_IF_ERROR(Fault("start"));
+
+  // Every ps writes its own database, all at once.
+  const int n = static_cast<int>(ps_.size());
+  std::vector<SaveShardsRequest> requests(n);
+  std::vector<SaveShardsResponse> responses(n);
+  for (int i = 0; i < n; ++i) {
+    requests[i].set_db_path(absl::StrCat(path, "/", PsDbName(i)));
+    requests[i].set_chunk_bytes(options_.chunk_bytes);
+  }
+  RETURN_IF_ERROR(About(path, CallAll(n, [&](int i, PsClient::Done done) {
+    ps_[i]->SaveShardsAsync(&requests[i], &responses[i], std::move(done));
+  })));
+  RETURN_IF_ERROR(Fault("after_ps_write"));
+
+  // Every shard placed must have been saved by its ps.
+  std::set<std::pair<int, std::string>> saved_names;
+  for (int i = 0; i < n; ++i) {
+    for (const SavedShard& s : responses[i].shards()) saved_names.emplace(i, s.def().name());
+  }
+  for (const PlacedShard& p : variables_->placed_shards()) {
+    if (!saved_names.count({p.ps, p.def.name()})) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint ", path, ": ps:", p.ps, " does not hold shard \"", p.def.name(),
+          "\" (it restarted and was not recovered?)"));
+    }
+  }
+
+  CheckpointManifest manifest;
+  manifest.set_format_version(1);
+  manifest.set_step(step);
+  manifest.set_created_unix_micros(absl::ToUnixMicros(absl::Now()));
+  manifest.set_num_ps(n);
+  for (const auto& [key, value] : state) (*manifest.mutable_state())[key] = value;
+  std::map<std::string, SavedVariable> by_name;
+  for (int i = 0; i < n; ++i) {
+    for (const SavedShard& s : responses[i].shards()) {
+      const VariableShardDef& def = s.def();
+      SavedVariable& v = by_name[def.variable()];
+      if (v.name().empty()) {
+        v.set_name(def.variable());
+        *v.mutable_full_shape() = def.full_shape();
+        v.set_dtype(def.dtype());
+        *v.mutable_initializer() = def.initializer();
+        if (def.has_optimizer()) {
+          *v.mutable_optimizer() = def.optimizer();
+          ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> opt, Optimizer::Create(def.optimizer()));
+          for (const std::string& slot : opt->slot_names()) v.add_slot_names(slot);
+        }
+      }
+      SavedShardInfo* info = v.add_shards();
+      info->set_shard(def.name());
+      info->set_ps(i);
+      info->set_db(PsDbName(i));
+      info->set_row_offset(def.row_offset());
+      info->set_num_rows(def.num_rows());
+      info->set_apply_count(s.apply_count());
+      info->set_bytes(s.bytes());
+      manifest.set_total_bytes(manifest.total_bytes() + s.bytes());
+    }
+  }
+  for (auto& [name, v] : by_name) {
+    std::sort(v.mutable_shards()->begin(), v.mutable_shards()->end(),
+              [](const SavedShardInfo& a, const SavedShardInfo& b) {
+                return a.row_offset() < b.row_offset();
+              });
+    *manifest.add_variables() = std::move(v);
+  }
+  RETURN_IF_ERROR(Fault("before_manifest"));
+  RETURN_IF_ERROR(
+      WriteManifest(path, manifest, [this] { return Fault("before_manifest_rename"); }));
+  RETURN_IF_ERROR(Fault("after_manifest"));
+
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  LOG(INFO) << "saved checkpoint at step " << step << " to " << path << " ("
+            << manifest.variables_size() << " variables, " << manifest.total_bytes() / 1e6
+            << " MB in " << seconds << " s, "
+            << (seconds > 0 ? manifest.total_bytes() / 1e6 / seconds : 0) << " MB/s)";
+  CollectGarbage();
+  return path;
+}
+
+void CheckpointManager::CollectGarbage() {
+  absl::StatusOr<std::vector<CheckpointEntry>> all = ListCheckpointDirs(options_.dir);
+  if (!all.ok()) {
+    LOG(WARNING) << "not deleting old checkpoints: " << all.status().message();
+    return;
+  }
+  int complete = 0;
+  int64_t newest_complete = -1;
+  for (const CheckpointEntry& e : *all) {
+    if (e.complete) {
+      ++complete;
+      newest_complete = std::max(newest_complete, e.step);
+    }
+  }
+  int to_drop = complete - options_.keep;
+  for (const CheckpointEntry& e : *all) {
+    const bool drop = e.complete ? to_drop-- > 0 : e.step < newest_complete;
+    if (!drop) continue;
+    std::error_code ec;
+    // The manifest goes first: a half-deleted checkpoint is then an incomplete one, never a
+    // complete one with missing files.
+    std::filesystem::remove(std::filesystem::path(e.path) / kManifestFileName, ec);
+    std::filesystem::remove_all(e.path, ec);
+    if (ec) {
+      LOG(WARNING) << "can't delete old checkpoint " << e.path << ": " << ec.message();
+    }
+  }
+}
+
+absl::StatusOr<RestoredCheckpoint> CheckpointManager::Restore(const std::string& path,
+                                                              const RestoreOptions& options) {
+  return RestoreShards(path, options, std::nullopt);
+}
+
+absl::StatusOr<std::optional<RestoredCheckpoint>> CheckpointManager::RestoreLatest(
+    const RestoreOptions& options) {
+  absl::StatusOr<CheckpointEntry> latest = LatestCheckpoint(options_.dir);
+  if (latest.status().code() == absl::StatusCode::kNotFound) return std::nullopt;
+  RETURN_IF_ERROR(latest.status());
+  ASSIGN_OR_RETURN(RestoredCheckpoint r, RestoreShards(latest->path, options, std::nullopt));
+  return r;
+}
+
+absl::StatusOr<std::optional<RestoredCheckpoint>> CheckpointManager::RestorePs(int ps) {
+  if (ps < 0 || ps >= static_cast<int>(ps_.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("no ps task ", ps));
+  }
+  absl::StatusOr<CheckpointEntry> latest = LatestCheckpoint(options_.dir);
+  if (latest.status().code() == absl::StatusCode::kNotFound) return std::nullopt;
+  RETURN_IF_ERROR(latest.status());
+  ASSIGN_OR_RETURN(RestoredCheckpoint r, RestoreShards(latest->path, RestoreOptions{}, ps));
+  return r;
+}
+
+absl::StatusOr<RestoredCheckpoint> CheckpointManager::RestoreShards(
+    const std::string& path, const RestoreOptions& options, std::optional<int> only_ps) {
+  ASSIGN_OR_RETURN(CheckpointManifest manifest, ReadManifest(path));
+  std::map<std::string, const SavedVariable*> saved;
+  for (const SavedVariable& v : manifest.variables()) saved[v.name()] = &v;
+
+  // The current shards, by variable.
+  std::map<std::string, std::vector<PlacedShard>> current;
+  for (PlacedShard& p : variables_->placed_shards()) current[p.def.variable()].push_back(p);
+
+  RestoredCheckpoint result;
+  result.path = path;
+  result.step = manifest.step();
+  for (const auto& [key, value] : manifest.state()) result.state[key] = value;
+
+  std::vector<std::string> missing;
+  std::vector<RestoreShardsRequest> requests(ps_.size());
+  for (const auto& [name, shards] : current) {
+    auto it = saved.find(name);
+    if (it == saved.end()) {
+      missing.push_back(name);
+      continue;
+    }
+    const SavedVariable& v = *it->second;
+    const VariableShardDef& def = shards.front().def;
+    if (!std::equal(v.full_shape().begin(), v.full_shape().end(), def.full_shape().begin(),
+                    def.full_shape().end()) ||
+        v.dtype() != def.dtype()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint ", path, ": variable \"", name, "\" was saved as ", ShapeText(v.full_shape()),
+          " ", DataType_Name(v.dtype()), " but is now ", ShapeText(def.full_shape()), " ",
+          DataType_Name(def.dtype())));
+    }
+    if (v.has_optimizer() != def.has_optimizer() ||
+        (v.has_optimizer() && v.optimizer().kind() != def.optimizer().kind())) {
+      auto opt_name = [](bool has, const OptimizerDef& o) {
+        return has ? OptimizerDef::Kind_Name(o.kind()) : std::string("no optimizer");
+      };
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint ", path, ": variable \"", name, "\" was saved with ",
+          opt_name(v.has_optimizer(), v.optimizer()), " but now has ",
+          opt_name(def.has_optimizer(), def.optimizer()),
+          " (its optimizer slots can't be restored)"));
+    }
+    for (const PlacedShard& p : shards) {
+      if (only_ps.has_value() && p.ps != *only_ps) continue;
+      RestoreShardOp* op = requests[p.ps].add_ops();
+      op->set_shard(p.def.name());
+      const int64_t begin = p.def.row_offset();
+      const int64_t end = begin + p.def.num_rows();
+      for (const SavedShardInfo& s : v.shards()) {
+        if (s.row_offset() >= end || s.row_offset() + s.num_rows() <= begin) continue;
+        CheckpointSource* src = op->add_sources();
+        src->set_db_path(absl::StrCat(path, "/", s.db()));
+        src->set_row_offset(s.row_offset());
+        src->set_num_rows(s.num_rows());
+        src->set_apply_count(s.apply_count());
+      }
+    }
+  }
+  if (!missing.empty()) {
+    if (!options.skip_missing) {
+      return absl::NotFoundError(absl::StrCat("checkpoint ", path, " has no variable ",
+                                              absl::StrJoin(missing, ", "),
+                                              " (restore with skip_missing to keep their values)"));
+    }
+    result.skipped = missing;
+    LOG(WARNING) << "checkpoint " << path << " has no variable " << absl::StrJoin(missing, ", ")
+                 << "; they keep their current values";
+  }
+  std::vector<std::string> unused;
+  for (const auto& [name, v] : saved) {
+    if (!current.count(name)) unused.push_back(name);
+  }
+  if (!unused.empty() && !only_ps.has_value()) {
+    LOG(WARNING) << "checkpoint " << path << " also holds " << absl::StrJoin(unused, ", ")
+                 << ", which no current variable takes";
+  }
+
+  // Phase 1: every ps stages its shards. Phase 2: all commit, or all drop what they staged.
+  std::vector<int> targets;
+  for (int i = 0; i < static_cast<int>(requests.size()); ++i) {
+    if (requests[i].ops_size() > 0) targets.push_back(i);
+  }
+  const uint64_t restore_id = std::mt19937_64(std::random_device()())();
+  for (int i : targets) requests[i].set_restore_id(restore_id);
+  std::vector<RestoreShardsResponse> staged(targets.size());
+  const absl::Time start = absl::Now();
+  absl::Status s = CallAll(static_cast<int>(targets.size()), [&](int k, PsClient::Done done) {
+    ps_[targets[k]]->RestoreShardsAsync(&requests[targets[k]], &staged[k], std::move(done));
+  });
+  std::vector<CommitRestoreRequest> commits(targets.size());
+  std::vector<CommitRestoreResponse> committed(targets.size());
+  for (auto& c : commits) {
+    c.set_restore_id(restore_id);
+    c.set_abort(!s.ok());
+  }
+  absl::Status c = CallAll(static_cast<int>(targets.size()), [&](int k, PsClient::Done done) {
+    ps_[targets[k]]->CommitRestoreAsync(&commits[k], &committed[k], std::move(done));
+  });
+  if (!s.ok()) {
+    if (!c.ok()) LOG(WARNING) << "dropping a staged restore failed: " << c.message();
+    return About(path, s);
+  }
+  RETURN_IF_ERROR(About(path, c));
+  for (const RestoreShardsResponse& r : staged) result.bytes += r.bytes();
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  LOG(INFO) << "restored checkpoint " << path << " (step " << result.step << ", "
+            << result.bytes / 1e6 << " MB in " << seconds << " s"
+            << (only_ps.has_value() ? absl::StrCat(", shards of ps:", *only_ps) : "") << ")";
+  return result;
+}
+
+}  // namespace pstrain
