@@ -14,7 +14,8 @@
 #       snapshot), extracted with Rscript (r-base-core, which r-cran-dslabs depends on anyway).
 #       Header `userId,movieId,rating,timestamp`; 100004 rows; 671 users, 9066 movies.
 #       userId, movieId: integers. rating: 0.5 .. 5 in steps of 0.5, written as `4` or `3.5`.
-#       timestamp: seconds since 1970-01-01 UTC (integer). Rows in dslabs' order (by movie).
+#       timestamp: seconds since 1970-01-01 UTC (integer). Rows in dslabs' order: by userId, shuffle
+#       before training.
 #
 #   data/flights/flights.csv
 #       From npm's vega-datasets (data/flights-3m.parquet, ZSTD), converted with node + hyparquet.
