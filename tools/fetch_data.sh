@@ -19,12 +19,16 @@
 #
 #   data/flights/flights.csv
 #       From npm's vega-datasets (data/flights-3m.parquet, ZSTD), converted with node + hyparquet.
-#       Header `date,delay,distance,origin,destination`; 3000000 rows (US domestic flights,
-#       2001-01-01 .. 2001-06-30, sorted by date).
-#       date: `YYYY-MM-DD HH:MM`, the scheduled departure in the airport's local time, exactly as the
-#             parquet holds it (a TIMESTAMP(MICROS) with isAdjustedToUTC=false; seconds are always 0,
-#             the conversion checks that). Month, day of month, weekday and hour follow from it.
-#       delay: arrival delay in minutes (integer, negative = early). distance: miles (integer).
+#       Header `date,delay,distance,origin,destination`; 3000000 rows (US domestic flights of
+#       January to June 2001 from the BTS on-time data, not cancelled; sorted by date; 229 airports).
+#       date: `YYYY-MM-DD HH:MM`, local time at the origin, exactly as the parquet holds it (a
+#             TIMESTAMP(MICROS) with isAdjustedToUTC=false; seconds are always 0, the conversion
+#             checks that). Month, day of month, weekday and hour follow from it. Per vega-datasets'
+#             scripts/flights.py it is the ACTUAL departure (scheduled time + departure delay), not
+#             the scheduled one: a late departure shifts it (6 rows fall on 2001-07-01 00:00), so its
+#             hour carries a little information about the delay itself.
+#       delay: arrival delay in minutes (BTS ArrDelay; integer, negative = early); about 20% of the
+#             rows have delay > 15. distance: miles (integer).
 #       origin, destination: 3-letter IATA airport codes.
 #
 #   data/fashion_mnist -> /usr/share/datasets/fashion-mnist   (a symlink)
