@@ -46,8 +46,9 @@ class CsvColumn {
   // The field as it is (may be empty).
   static CsvColumn String(std::string name, std::vector<std::string>* out);
   // Dictionary-encoded strings: `ids` gets one id per record, `vocabulary[id]` is its string. Ids are
-  // given in order of first appearance, continuing after the strings already in `vocabulary` (so
-  // several files can share one vocabulary). For airport codes, user ids kept as keys, and such.
+  // given in order of first appearance (fields read left to right), continuing after the strings
+  // already in `vocabulary`, so several columns (origin and destination) and several files can share
+  // one vocabulary. For airport codes, user ids kept as keys, and such.
   static CsvColumn Category(std::string name, std::vector<int32_t>* ids,
                             std::vector<std::string>* vocabulary);
 
