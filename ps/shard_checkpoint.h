@@ -5,7 +5,7 @@
 // "values" or an optimizer slot's name; each value holds whole rows, about `chunk_bytes` of them.
 // Keys sort by variable, tensor and row, so any row range of a variable is one seek and a forward
 // scan, whichever shard (and ps) wrote it. The database is built as one SST file and ingested, so
-// the data is written once, sequentially, with RocksDB's block checksums (CRC-32C) around it.
+// the data is written once, sequentially, with RocksDB's block checksums (XXH3) around it.
 #ifndef PSTRAIN_PS_SHARD_CHECKPOINT_H_
 #define PSTRAIN_PS_SHARD_CHECKPOINT_H_
 
