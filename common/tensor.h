@@ -18,7 +18,8 @@ enum class DType : int {
   kInvalid = 0,
   kFloat32 = 1,
   kInt64 = 2,
-  kString = 3,  // only for partitioning arithmetic (bytes_per_string); variables can't hold strings
+  kString = 3,  // partitioning arithmetic (bytes_per_string), and scalar string closure arguments
+                // (a path, a column name); variables can't hold strings
 };
 
 // Bytes per element (0 for kString and kInvalid: strings have no fixed size).
@@ -72,6 +73,15 @@ struct Tensor {
   static Tensor Scalar(T value) {
     return FromVector(std::vector<T>{value}, Shape{});
   }
+
+  // A scalar string (shape [], the bytes as they are): for closure and dataset arguments.
+  static Tensor String(std::string value) {
+    Tensor t;
+    t.dtype = DType::kString;
+    t.data = std::move(value);
+    return t;
+  }
+  bool IsString() const { return dtype == DType::kString && shape.empty(); }
 
   int64_t num_elements() const { return NumElements(shape); }
   // The elements as T (which must match dtype; see CheckType).

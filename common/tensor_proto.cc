@@ -13,9 +13,15 @@ void ToProto(const Tensor& tensor, TensorProto* proto) {
 
 absl::StatusOr<Tensor> FromProto(const TensorProto& proto) {
   Tensor t;
+  if (proto.dtype() == DT_STRING) {
+    if (proto.shape_size() != 0) {
+      return absl::InvalidArgumentError("string tensors must be scalars");
+    }
+    return Tensor::String(proto.data());
+  }
   if (proto.dtype() != DT_FLOAT32 && proto.dtype() != DT_INT64) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor dtype ", DataType_Name(proto.dtype()), " is not float32 or int64"));
+    return absl::InvalidArgumentError(absl::StrCat("tensor dtype ", DataType_Name(proto.dtype()),
+                                                   " is not float32, int64 or string"));
   }
   t.dtype = static_cast<DType>(static_cast<int>(proto.dtype()));
   t.shape.assign(proto.shape().begin(), proto.shape().end());

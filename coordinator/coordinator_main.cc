@@ -1,8 +1,13 @@
 // The coordinator binary ("chief"): `coordinator --cluster_spec=cluster.json` (or TF_CONFIG), or
-// `coordinator --cluster_spec=in_process:workers=2,ps=2` to start an in-process cluster first.
-// It checks every task's health, then runs a job: --job=sum (default) schedules --steps closures,
-// each adding a range of integers into a ps variable, and checks the total; --job=health stops
-// after the health check.
+// `coordinator --cluster_spec=in_process:workers=2,ps=2` (the default) to start an in-process
+// cluster first. It checks every task's health, then runs a job:
+//   --job=train (default)  trains --model (default movielens_mf) with checkpoints, resume,
+//                          progress, TensorBoard scalars and a final JSON summary line
+//   --job=sum              schedules --steps closures, each adding a range of integers into a ps
+//                          variable, and checks the total
+//   --job=health           stops after the health check
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -25,6 +30,8 @@
 #include "coordinator/cluster_spec.h"
 #include "worker/closure_registry.h"
 #include "coordinator/task_health.h"
+#include "coordinator/trainer.h"
+#include "models/registry.h"
 #include "tests/in_process_cluster.h"
 
 ABSL_FLAG(std::string, cluster_spec, "in_process:workers=2,ps=2",
@@ -33,7 +40,35 @@ ABSL_FLAG(std::string, cluster_spec, "in_process:workers=2,ps=2",
           "TF_CONFIG environment variable is used.");
 ABSL_FLAG(absl::Duration, connect_timeout, absl::Seconds(10),
           "How long to wait for each task to answer before calling it unreachable.");
-ABSL_FLAG(std::string, job, "sum", "The job to run: sum, or health (only the health check).");
+ABSL_FLAG(std::string, job, "train",
+          "The job to run: train (--model), sum (a closure-throughput check), or health (only the "
+          "health check).");
+ABSL_FLAG(std::string, model, "movielens_mf",
+          "train: the model (movielens_mf, flights_ctr, fashion_mnist_mlp).");
+ABSL_FLAG(std::string, data, "", "train: the model's data file or directory (default: its files "
+          "under data/, made by tools/fetch_data.sh).");
+ABSL_FLAG(int, epochs, 0, "train: passes over the data (0: the model's default).");
+ABSL_FLAG(int64_t, max_steps, 0, "train: stop after this many steps in all (0: no limit).");
+ABSL_FLAG(int64_t, batch_size, 0, "train: examples per step (0: the model's default).");
+ABSL_FLAG(double, learning_rate, 0, "train: the server-side optimizer's rate (0: the default).");
+ABSL_FLAG(int64_t, embedding_dim, 0, "train: embedding width (0: the model's default).");
+ABSL_FLAG(int64_t, seed, 1, "train: seeds the split, the shuffles and the initializers.");
+ABSL_FLAG(std::string, user_col, "", "movielens_mf: the user column (default userId).");
+ABSL_FLAG(std::string, item_col, "", "movielens_mf: the item column (default movieId).");
+ABSL_FLAG(std::string, rating_col, "", "movielens_mf: the rating column (default rating).");
+ABSL_FLAG(std::vector<std::string>, model_opt, {},
+          "train: more model options as key=value,key=value (each model lists its own).");
+ABSL_FLAG(std::string, checkpoint_dir, "runs/{model}/checkpoints",
+          "Checkpoints go here ({model} is replaced; empty: no checkpoints).");
+ABSL_FLAG(std::string, restore, "latest",
+          "latest: resume from the newest checkpoint in --checkpoint_dir if any; none: start "
+          "fresh; or the path of one checkpoint.");
+ABSL_FLAG(int64_t, checkpoint_every_steps, 0, "Save a checkpoint every N steps (0: not by steps).");
+ABSL_FLAG(absl::Duration, checkpoint_every, absl::Seconds(30),
+          "Save a checkpoint this often (0: not by time). A final one is always saved.");
+ABSL_FLAG(int, keep_checkpoints, 3, "Checkpoints kept.");
+ABSL_FLAG(std::string, logdir, "runs/{model}",
+          "TensorBoard event files go here ({model} is replaced; empty: none).");
 ABSL_FLAG(int64_t, steps, 2000, "sum job: closures to schedule.");
 ABSL_FLAG(int64_t, rows_per_step, 1000, "sum job: integers each closure adds.");
 ABSL_FLAG(int64_t, work_us, 0, "sum job: simulated compute per closure, in microseconds.");
@@ -96,6 +131,64 @@ int RunSumJob(const ClusterSpec& spec) {
   return 0;
 }
 
+std::string WithModel(std::string text, const std::string& model) {
+  const size_t at = text.find("{model}");
+  if (at != std::string::npos) text.replace(at, 7, model);
+  return text;
+}
+
+// Trains --model on the cluster and prints the run's summary as one JSON line.
+int RunTrainJob(const ClusterSpec& spec) {
+  const std::string name = absl::GetFlag(FLAGS_model);
+  ModelOptions options;
+  options.data = absl::GetFlag(FLAGS_data);
+  options.epochs = absl::GetFlag(FLAGS_epochs);
+  options.max_steps = absl::GetFlag(FLAGS_max_steps);
+  options.batch_size = absl::GetFlag(FLAGS_batch_size);
+  options.learning_rate = absl::GetFlag(FLAGS_learning_rate);
+  options.embedding_dim = absl::GetFlag(FLAGS_embedding_dim);
+  if (options.epochs < 0 || options.max_steps < 0 || options.batch_size < 0 ||
+      options.learning_rate < 0 || options.embedding_dim < 0 || absl::GetFlag(FLAGS_seed) < 0) {
+    return Fail("--epochs, --max_steps, --batch_size, --learning_rate, --embedding_dim and --seed "
+                "must not be negative");
+  }
+  options.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
+  for (const char* col : {"user_col", "item_col", "rating_col"}) {
+    const std::string value = col == std::string("user_col")   ? absl::GetFlag(FLAGS_user_col)
+                              : col == std::string("item_col") ? absl::GetFlag(FLAGS_item_col)
+                                                               : absl::GetFlag(FLAGS_rating_col);
+    if (!value.empty()) options.extra[col] = value;
+  }
+  for (const std::string& kv : absl::GetFlag(FLAGS_model_opt)) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return Fail(absl::StrCat("--model_opt: \"", kv, "\" is not key=value"));
+    }
+    options.extra[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  absl::StatusOr<std::unique_ptr<Model>> model = CreateModel(name, options);
+  if (!model.ok()) return Fail(std::string(model.status().message()));
+
+  TrainerOptions trainer;
+  trainer.checkpoint_dir = WithModel(absl::GetFlag(FLAGS_checkpoint_dir), name);
+  trainer.restore = absl::GetFlag(FLAGS_restore);
+  trainer.checkpoint_every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
+  trainer.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
+  trainer.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
+  trainer.logdir = WithModel(absl::GetFlag(FLAGS_logdir), name);
+  absl::StatusOr<TrainResult> result = Train(spec, model->get(), trainer);
+  if (!result.ok()) return Fail(std::string(result.status().message()));
+  if (result->start_step == result->end_step && !result->restored_from.empty()) {
+    std::fprintf(stderr,
+                 "note: the checkpoint %s already covers all %lld steps, so this run only "
+                 "evaluated; pass --restore=none to train again\n",
+                 result->restored_from.c_str(), static_cast<long long>(result->end_step));
+  }
+  std::printf("%s\n", result->ToJson().c_str());
+  std::fflush(stdout);
+  return 0;
+}
+
 int Run() {
   std::string source;
   absl::StatusOr<std::string> spec_flag = ClusterSpecText(absl::GetFlag(FLAGS_cluster_spec), &source);
@@ -107,6 +200,9 @@ int Run() {
   if (absl::StartsWith(spec_text, "in_process")) {
     absl::StatusOr<InProcessClusterOptions> options = ParseInProcessSpec(spec_text);
     if (!options.ok()) return Fail(absl::StrCat(source, ": ", options.status().message()));
+    absl::StatusOr<std::shared_ptr<const ClosureRegistry>> registry = TrainingRegistry();
+    if (!registry.ok()) return Fail(std::string(registry.status().message()));
+    options->registry = *registry;
     absl::StatusOr<std::unique_ptr<InProcessCluster>> cluster = InProcessCluster::Start(*options);
     if (!cluster.ok()) return Fail(absl::StrCat("in-process cluster: ", cluster.status().message()));
     in_process = std::move(*cluster);
@@ -142,10 +238,10 @@ int Run() {
   std::printf("all tasks healthy\n");
   std::fflush(stdout);
   if (absl::GetFlag(FLAGS_job) == "health") return 0;
-  if (absl::GetFlag(FLAGS_job) != "sum") {
-    return Fail(absl::StrCat("--job=", absl::GetFlag(FLAGS_job), " is not a job (sum, health)"));
-  }
-  return RunSumJob(*spec);
+  if (absl::GetFlag(FLAGS_job) == "sum") return RunSumJob(*spec);
+  if (absl::GetFlag(FLAGS_job) == "train") return RunTrainJob(*spec);
+  return Fail(
+      absl::StrCat("--job=", absl::GetFlag(FLAGS_job), " is not a job (train, sum, health)"));
 }
 
 }  // namespace
@@ -154,8 +250,13 @@ int Run() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Drives a training job on a cluster.\n"
-      "Usage: coordinator --cluster_spec=cluster.json | --cluster_spec=in_process:workers=2,ps=2");
+      "Usage: coordinator [--model=movielens_mf] [--cluster_spec=cluster.json | "
+      "--cluster_spec=in_process:workers=2,ps=2]");
   absl::ParseCommandLine(argc, argv);
   pstrain::SetMinLogLevelFromEnv();
+  // Under `bazel run`, relative paths (data/, runs/) mean the user's directory, not the runfiles.
+  if (const char* dir = std::getenv("BUILD_WORKING_DIRECTORY"); dir != nullptr && *dir != '\0') {
+    if (::chdir(dir) != 0) std::fprintf(stderr, "warning: can't chdir to %s\n", dir);
+  }
   return pstrain::Run();
 }

@@ -69,7 +69,7 @@ TEST_F(MultiProcessTest, Coordinator_SeparateProcesses_AllHealthyThenOneDown) {
 
   std::unique_ptr<Subprocess> coordinator =
       Spawn("coordinator", {coordinator_bin_, "--cluster_spec=" + spec_path_,
-                            "--connect_timeout=20s", "--steps=100"});
+                            "--connect_timeout=20s", "--job=sum", "--steps=100"});
   ASSERT_NE(coordinator, nullptr);
   absl::StatusOr<int> code = coordinator->Wait(kWait);
   ASSERT_TRUE(code.ok()) << code.status();
@@ -158,8 +158,8 @@ TEST_F(MultiProcessTest, BadInput_OneLineErrorAndExitCode2) {
        "\"/no/such.json\" can't be read"},
       {"coordinator_bad_in_process", {coordinator_bin_, "--cluster_spec=in_process:ps=0"}, {},
        "ps=0 must be a whole number"},
-      {"coordinator_bad_job", {coordinator_bin_, "--cluster_spec=in_process", "--job=train"}, {},
-       "--job=train is not a job"},
+      {"coordinator_bad_job", {coordinator_bin_, "--cluster_spec=in_process", "--job=dance"}, {},
+       "--job=dance is not a job"},
   };
   for (const Case& c : cases) {
     std::unique_ptr<Subprocess> p = Spawn(c.name, c.argv, c.env);

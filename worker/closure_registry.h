@@ -18,12 +18,15 @@
 namespace pstrain {
 
 // A per-worker dataset: each worker's instance yields its own shard of the data. Used by one
-// closure at a time (the worker serializes calls on one resource).
+// closure at a time (the worker serializes calls on one resource), unless it is shared().
 class Dataset {
  public:
   virtual ~Dataset() = default;
   // The next element into `element`; false at the end. Errors: the dataset's own.
   virtual absl::StatusOr<bool> Next(std::vector<Tensor>* element) = 0;
+  // True for a thread-safe resource (e.g. read-only training data that closures index by step):
+  // the worker then runs closures that use it concurrently instead of one at a time.
+  virtual bool shared() const { return false; }
 };
 
 // What a closure sees of its worker.

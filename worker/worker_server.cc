@@ -21,7 +21,8 @@
 namespace pstrain {
 namespace {
 
-// One per-worker resource: this worker's dataset instance. Closures using it take its lock.
+// One per-worker resource: this worker's dataset instance. Closures using it take its lock, unless
+// it says it is shared (thread-safe).
 struct Resource {
   absl::Mutex mu;
   std::unique_ptr<Dataset> dataset;
@@ -155,6 +156,10 @@ class WorkerServiceImpl final : public WorkerService::CallbackService {
     for (auto& r : resources) order.push_back(r.get());
     std::sort(order.begin(), order.end());
     order.erase(std::unique(order.begin(), order.end()), order.end());
+    // A shared resource (read-only data) is not locked: closures on it run side by side.
+    order.erase(std::remove_if(order.begin(), order.end(),
+                               [](Resource* r) { return r->dataset->shared(); }),
+                order.end());
     for (Resource* r : order) r->mu.Lock();
     ClosureContext context;
     context.worker_index = me.index;

@@ -1,6 +1,8 @@
 // The worker task binary: `worker_server --cluster_spec=cluster.json --task=worker:0` (or TF_CONFIG).
+// It runs the built-in closures and every model's (models/registry.h).
 #include "common/task_main.h"
 #include "coordinator/cluster_spec.h"
+#include "models/registry.h"
 #include "worker/worker_server.h"
 
 int main(int argc, char** argv) {
@@ -9,6 +11,10 @@ int main(int argc, char** argv) {
       [](const pstrain::ClusterSpec& spec, int task_index,
          const std::string& listen) -> absl::StatusOr<pstrain::RunningTask> {
         pstrain::WorkerServerOptions options;
+        absl::StatusOr<std::shared_ptr<const pstrain::ClosureRegistry>> registry =
+            pstrain::TrainingRegistry();
+        if (!registry.ok()) return registry.status();
+        options.registry = *registry;
         options.task_index = task_index;
         options.listen_address = listen;
         options.ps_addresses = spec.tasks(pstrain::kPs);

@@ -1,0 +1,68 @@
+// Deterministic batches for step-indexed training: step s is batch (s % steps_per_epoch) of epoch
+// s / steps_per_epoch, and each epoch visits the examples in its own shuffled order, fixed by
+// (seed, epoch). Any process computes the same batch for the same step.
+#ifndef PSTRAIN_MODELS_BATCHES_H_
+#define PSTRAIN_MODELS_BATCHES_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "common/tensor.h"
+
+namespace pstrain {
+
+// Thread-safe; keeps the orders of the last few epochs asked for.
+class EpochBatches {
+ public:
+  // `num_examples` >= 1, `batch_size` >= 1.
+  EpochBatches(int64_t num_examples, int64_t batch_size, uint64_t seed);
+
+  int64_t steps_per_epoch() const { return steps_per_epoch_; }
+  int64_t batch_size() const { return batch_size_; }
+  // The example indices of step `step` (>= 0); the last batch of an epoch may be short.
+  std::vector<int64_t> Batch(int64_t step);
+
+ private:
+  std::shared_ptr<const std::vector<int64_t>> Order(int64_t epoch);
+
+  const int64_t num_examples_;
+  const int64_t batch_size_;
+  const uint64_t seed_;
+  const int64_t steps_per_epoch_;
+  absl::Mutex mu_;
+  // Below: guarded by mu_.
+  std::map<int64_t, std::shared_ptr<const std::vector<int64_t>>> orders_ ABSL_GUARDED_BY(mu_);
+};
+
+// Reads a model's extra options: each Get* removes the key it reads; Finish() fails naming any
+// key left (an option this model doesn't know).
+class ExtraOptions {
+ public:
+  ExtraOptions(std::string model, std::map<std::string, std::string> extra)
+      : model_(std::move(model)), extra_(std::move(extra)) {}
+  std::string GetString(const std::string& key, const std::string& fallback);
+  absl::StatusOr<double> GetDouble(const std::string& key, double fallback);
+  absl::StatusOr<int64_t> GetInt(const std::string& key, int64_t fallback);
+  // Errors: kInvalidArgument naming the unknown keys.
+  absl::Status Finish() const;
+
+ private:
+  std::string model_;
+  std::map<std::string, std::string> extra_;
+};
+
+// Closure-argument helpers: errors name the closure and the argument's position.
+absl::StatusOr<int64_t> IntArg(absl::Span<const Tensor> args, size_t i, const char* closure);
+absl::StatusOr<double> FloatArg(absl::Span<const Tensor> args, size_t i, const char* closure);
+absl::StatusOr<std::string> StringArg(absl::Span<const Tensor> args, size_t i, const char* closure);
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_MODELS_BATCHES_H_

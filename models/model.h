@@ -1,0 +1,82 @@
+// A training model, as the trainer (coordinator/trainer.h) drives it. A model has two halves:
+//
+//   worker side   closures and datasets, registered into every worker's ClosureRegistry (see
+//                 models/registry.h); a closure trains on one batch or evaluates one chunk
+//   coordinator   Setup() creates the variables on the ps tasks and each worker's data resource;
+//                 ScheduleStep() schedules one training step; Evaluate() the final metrics
+//
+// Steps are deterministic: step s trains on a batch fixed by (seed, s) (epoch s / steps_per_epoch,
+// a per-epoch shuffle), and every worker holds all the training data. So a step can run on any
+// worker, a closure re-run after a worker failure trains on the same batch, and a job resumed
+// from a checkpoint at step s continues with exactly the batches it would have seen.
+#ifndef PSTRAIN_MODELS_MODEL_H_
+#define PSTRAIN_MODELS_MODEL_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "coordinator/cluster_coordinator.h"
+
+namespace pstrain {
+
+// What a run asks of a model. Fields a model doesn't use are ignored; 0 / empty means "the model's
+// default" (each model documents its defaults).
+struct ModelOptions {
+  // The data: a file or a directory, per model. Default: the model's file under data/.
+  std::string data;
+  // Passes over the training data. 0: the model's default.
+  int epochs = 0;
+  // Stop after this many steps in all (whatever the epochs say). 0: no limit.
+  int64_t max_steps = 0;
+  // Examples per step. 0: the model's default.
+  int64_t batch_size = 0;
+  // The server-side optimizer's learning rate. 0: the model's default.
+  double learning_rate = 0;
+  // Embedding width. 0: the model's default.
+  int64_t embedding_dim = 0;
+  // Seeds the split, the shuffles and the initializers. Default 1.
+  uint64_t seed = 1;
+  // Model-specific settings by name (e.g. "user_col" for the ratings model); each model lists
+  // those it reads and rejects unknown ones.
+  std::map<std::string, std::string> extra;
+};
+
+// Metrics of a run: name -> value (e.g. "test_rmse", "baseline_test_rmse"), and notes (counts,
+// data facts) for the summary.
+struct ModelMetrics {
+  std::map<std::string, double> values;
+  std::map<std::string, std::string> notes;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  // "movielens_mf".
+  virtual std::string name() const = 0;
+
+  // Loads what the coordinator needs of the data, creates the variables on the ps tasks and the
+  // per-worker data resources. Called once, before any restore. Errors: bad options or data
+  // (kInvalidArgument, kNotFound naming the file), and the cluster's.
+  virtual absl::Status Setup(ClusterCoordinator* coordinator) = 0;
+
+  // Steps of the whole run, and examples per step (the last batch of an epoch may be smaller).
+  virtual int64_t total_steps() const = 0;
+  virtual int64_t examples_per_step() const = 0;
+
+  // Schedules training step `step` in [0, total_steps()). The value's outputs are
+  // {loss: float32 scalar, the batch's mean loss; examples: int64 scalar}.
+  virtual absl::StatusOr<RemoteValue> ScheduleStep(ClusterCoordinator* coordinator,
+                                                   int64_t step) = 0;
+
+  // Evaluates the current variables on the test data (and the model's baseline).
+  virtual absl::StatusOr<ModelMetrics> Evaluate(ClusterCoordinator* coordinator) = 0;
+};
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_MODELS_MODEL_H_

@@ -1,0 +1,379 @@
+#include "models/movielens_mf.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "models/batches.h"
+#include "models/ratings_data.h"
+#include "ps/sharded_variable.h"
+#include "worker/device/device.h"
+
+namespace pstrain {
+namespace {
+
+constexpr char kTrain[] = "movielens_mf/train";
+constexpr char kEval[] = "movielens_mf/eval";
+constexpr char kData[] = "movielens_mf/data";
+constexpr char kUserEmb[] = "mf/user_embedding";
+constexpr char kItemEmb[] = "mf/item_embedding";
+constexpr char kUserBias[] = "mf/user_bias";
+constexpr char kItemBias[] = "mf/item_bias";
+
+// Everything a worker needs to train and evaluate: the data and the hyperparameters. Read-only
+// after creation, so closures share it.
+class RatingsResource : public Dataset {
+ public:
+  RatingsResource(RatingsData data, int64_t batch_size, uint64_t seed, double l2, double bias_l2,
+                  int64_t dim)
+      : data_(std::move(data)),
+        batches_(static_cast<int64_t>(data_.train.size()), batch_size, seed),
+        l2_(l2),
+        bias_l2_(bias_l2),
+        dim_(dim) {
+    lo_ = hi_ = data_.train.rating[0];
+    for (float r : data_.train.rating) {
+      lo_ = std::min<double>(lo_, r);
+      hi_ = std::max<double>(hi_, r);
+    }
+  }
+
+  // The training examples in epoch order, one batch per element: users, items, ratings.
+  absl::StatusOr<bool> Next(std::vector<Tensor>* element) override {
+    absl::MutexLock lock(&mu_);
+    if (next_step_ >= batches_.steps_per_epoch()) return false;
+    std::vector<int64_t> users, items;
+    std::vector<float> ratings;
+    for (int64_t k : batches_.Batch(next_step_++)) {
+      users.push_back(data_.train.user[k]);
+      items.push_back(data_.train.item[k]);
+      ratings.push_back(data_.train.rating[k]);
+    }
+    *element = {Tensor::FromVector(users), Tensor::FromVector(items), Tensor::FromVector(ratings)};
+    return true;
+  }
+  bool shared() const override { return true; }
+
+  const RatingsData& data() const { return data_; }
+  EpochBatches& batches() { return batches_; }
+  double l2() const { return l2_; }
+  double bias_l2() const { return bias_l2_; }
+  int64_t dim() const { return dim_; }
+  double Clip(double p) const { return std::clamp(p, lo_, hi_); }
+
+ private:
+  const RatingsData data_;
+  EpochBatches batches_;
+  const double l2_;
+  const double bias_l2_;
+  const int64_t dim_;
+  double lo_, hi_;
+  absl::Mutex mu_;
+  int64_t next_step_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// The model's four tables, found by name on the ps tasks.
+struct Tables {
+  ShardedVariable user_emb, item_emb, user_bias, item_bias;
+};
+
+absl::StatusOr<Tables> FindTables(PsConnection* ps) {
+  ASSIGN_OR_RETURN(ShardedVariable user_emb, ps->Variable(kUserEmb));
+  ASSIGN_OR_RETURN(ShardedVariable item_emb, ps->Variable(kItemEmb));
+  ASSIGN_OR_RETURN(ShardedVariable user_bias, ps->Variable(kUserBias));
+  ASSIGN_OR_RETURN(ShardedVariable item_bias, ps->Variable(kItemBias));
+  return Tables{user_emb, item_emb, user_bias, item_bias};
+}
+
+// Predictions for examples `rows` of `ratings`, with the rows pulled from the ps; keeps the pulled
+// rows in `pulled` for the backward pass.
+struct Forward {
+  std::vector<int64_t> users, items;
+  std::vector<float> pu, qi, bu, bi, dot, pred;
+};
+
+absl::Status RunForward(const Tables& t, const Ratings& ratings, absl::Span<const int64_t> rows,
+                        int64_t dim, double mean, Device* device, Forward* f) {
+  const int64_t n = static_cast<int64_t>(rows.size());
+  f->users.resize(n);
+  f->items.resize(n);
+  for (int64_t k = 0; k < n; ++k) {
+    f->users[k] = ratings.user[rows[k]];
+    f->items[k] = ratings.item[rows[k]];
+  }
+  f->pu.resize(n * dim);
+  f->qi.resize(n * dim);
+  f->bu.resize(n);
+  f->bi.resize(n);
+  LookupBatch lookup;
+  RETURN_IF_ERROR(lookup.Add(t.user_emb, f->users, reinterpret_cast<char*>(f->pu.data())));
+  RETURN_IF_ERROR(lookup.Add(t.item_emb, f->items, reinterpret_cast<char*>(f->qi.data())));
+  RETURN_IF_ERROR(lookup.Add(t.user_bias, f->users, reinterpret_cast<char*>(f->bu.data())));
+  RETURN_IF_ERROR(lookup.Add(t.item_bias, f->items, reinterpret_cast<char*>(f->bi.data())));
+  RETURN_IF_ERROR(lookup.Run());
+  f->dot.resize(n);
+  RETURN_IF_ERROR(device->RowDot(n, dim, f->pu.data(), f->qi.data(), f->dot.data()));
+  f->pred.resize(n);
+  for (int64_t k = 0; k < n; ++k) {
+    f->pred[k] = static_cast<float>(mean) + f->bu[k] + f->bi[k] + f->dot[k];
+  }
+  return absl::OkStatus();
+}
+
+// One closure's view of its worker: the device it computes on.
+Device* CpuDevice() {
+  static Device* const device = CreateCpuDevice()->release();  // stateless, shared by closures
+  return device;
+}
+
+absl::StatusOr<std::vector<Tensor>> TrainStep(ClosureContext& ctx, absl::Span<const Tensor> args) {
+  ASSIGN_OR_RETURN(int64_t step, IntArg(args, 0, kTrain));
+  if (ctx.datasets.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(kTrain, " takes the ", kData, " resource"));
+  }
+  auto* res = dynamic_cast<RatingsResource*>(ctx.datasets[0]);
+  if (res == nullptr) return absl::InvalidArgumentError(absl::StrCat(kTrain, " needs ", kData));
+  ASSIGN_OR_RETURN(Tables t, FindTables(ctx.ps));
+  const int64_t dim = res->dim();
+  const std::vector<int64_t> rows = res->batches().Batch(step);
+  const Ratings& train = res->data().train;
+  Device* device = CpuDevice();
+  Forward f;
+  RETURN_IF_ERROR(RunForward(t, train, rows, dim, res->data().train_mean, device, &f));
+
+  // Squared error plus L2 on the rows used; gradients per example (the ps sums repeated ids).
+  const int64_t n = static_cast<int64_t>(rows.size());
+  const float l2 = static_cast<float>(res->l2());
+  const float bias_l2 = static_cast<float>(res->bias_l2());
+  std::vector<float> err(n);
+  double loss = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    err[k] = f.pred[k] - train.rating[rows[k]];
+    loss += static_cast<double>(err[k]) * err[k];
+  }
+  std::vector<float> dout(n), gp(n * dim), gq(n * dim), gbu(n), gbi(n);
+  for (int64_t k = 0; k < n; ++k) dout[k] = 2 * err[k];
+  RETURN_IF_ERROR(device->RowDotGrad(n, dim, f.pu.data(), f.qi.data(), dout.data(), gp.data(),
+                                     gq.data()));
+  RETURN_IF_ERROR(device->Axpy(n * dim, 2 * l2, f.pu.data(), gp.data()));
+  RETURN_IF_ERROR(device->Axpy(n * dim, 2 * l2, f.qi.data(), gq.data()));
+  for (int64_t k = 0; k < n; ++k) {
+    gbu[k] = dout[k] + 2 * bias_l2 * f.bu[k];
+    gbi[k] = dout[k] + 2 * bias_l2 * f.bi[k];
+  }
+  UpdateBatch update;
+  auto bytes = [](const std::vector<float>& v) { return reinterpret_cast<const char*>(v.data()); };
+  RETURN_IF_ERROR(update.AddSparse(t.user_emb, UpdateOp::APPLY_GRADIENT, f.users, bytes(gp)));
+  RETURN_IF_ERROR(update.AddSparse(t.item_emb, UpdateOp::APPLY_GRADIENT, f.items, bytes(gq)));
+  RETURN_IF_ERROR(update.AddSparse(t.user_bias, UpdateOp::APPLY_GRADIENT, f.users, bytes(gbu)));
+  RETURN_IF_ERROR(update.AddSparse(t.item_bias, UpdateOp::APPLY_GRADIENT, f.items, bytes(gbi)));
+  RETURN_IF_ERROR(update.Run());
+  return std::vector<Tensor>{Tensor::Scalar<float>(static_cast<float>(loss / std::max<int64_t>(n, 1))),
+                             Tensor::Scalar<int64_t>(n)};
+}
+
+// Sum of squared errors (clipped predictions) over examples [begin, end) of the test set (split 0)
+// or the training set (split 1).
+absl::StatusOr<std::vector<Tensor>> EvalChunk(ClosureContext& ctx, absl::Span<const Tensor> args) {
+  ASSIGN_OR_RETURN(int64_t split, IntArg(args, 0, kEval));
+  ASSIGN_OR_RETURN(int64_t begin, IntArg(args, 1, kEval));
+  ASSIGN_OR_RETURN(int64_t end, IntArg(args, 2, kEval));
+  auto* res = ctx.datasets.size() == 1 ? dynamic_cast<RatingsResource*>(ctx.datasets[0]) : nullptr;
+  if (res == nullptr) return absl::InvalidArgumentError(absl::StrCat(kEval, " needs ", kData));
+  const Ratings& ratings = split == 0 ? res->data().test : res->data().train;
+  if (begin < 0 || end < begin || end > static_cast<int64_t>(ratings.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(kEval, ": rows [", begin, ", ", end,
+                                                   ") outside the ", ratings.size(), " examples"));
+  }
+  ASSIGN_OR_RETURN(Tables t, FindTables(ctx.ps));
+  std::vector<int64_t> rows(end - begin);
+  for (int64_t k = begin; k < end; ++k) rows[k - begin] = k;
+  Forward f;
+  RETURN_IF_ERROR(RunForward(t, ratings, rows, res->dim(), res->data().train_mean, CpuDevice(), &f));
+  double sse = 0;
+  for (int64_t k = 0; k < end - begin; ++k) {
+    const double e = res->Clip(f.pred[k]) - ratings.rating[begin + k];
+    sse += e * e;
+  }
+  return std::vector<Tensor>{Tensor::Scalar<float>(static_cast<float>(sse)),
+                             Tensor::Scalar<int64_t>(end - begin)};
+}
+
+struct MfConfig {
+  RatingsOptions ratings;
+  int epochs = 25;
+  int64_t max_steps = 0;
+  int64_t batch_size = 512;
+  double learning_rate = 0.1;
+  int64_t dim = 32;
+  double l2 = 0.1;
+  double bias_l2 = 0.01;
+  int64_t shards = 0;  // 0: one per ps task
+  OptimizerDef::Kind optimizer = OptimizerDef::ADAGRAD;
+};
+
+class MatrixFactorization final : public Model {
+ public:
+  explicit MatrixFactorization(MfConfig config) : config_(std::move(config)) {}
+
+  std::string name() const override { return kMatrixFactorizationModel; }
+
+  absl::Status Setup(ClusterCoordinator* coordinator) override {
+    ASSIGN_OR_RETURN(data_, LoadRatings(config_.ratings));
+    steps_per_epoch_ =
+        (static_cast<int64_t>(data_.train.size()) + config_.batch_size - 1) / config_.batch_size;
+    total_steps_ = steps_per_epoch_ * config_.epochs;
+    if (config_.max_steps > 0) total_steps_ = std::min(total_steps_, config_.max_steps);
+
+    OptimizerDef optimizer;
+    optimizer.set_kind(config_.optimizer);
+    optimizer.set_learning_rate(config_.learning_rate);
+    const int shards = static_cast<int>(
+        config_.shards > 0 ? config_.shards : coordinator->ps()->num_ps());
+    auto table = [&](const char* name, int64_t rows, int64_t width, bool random) {
+      VariableSpec spec;
+      spec.name = name;
+      spec.shape = {rows, width};
+      spec.partitioner.kind = PartitionerKind::kFixed;
+      spec.partitioner.num_shards = shards;
+      if (random) {
+        spec.initializer.set_kind(InitializerDef::TRUNCATED_NORMAL);
+        spec.initializer.set_stddev(0.05);
+        spec.initializer.set_seed(config_.ratings.seed + rows);
+      }
+      spec.optimizer = optimizer;
+      return coordinator->variables()->Create(spec).status();
+    };
+    RETURN_IF_ERROR(table(kUserEmb, data_.num_users, config_.dim, true));
+    RETURN_IF_ERROR(table(kItemEmb, data_.num_items, config_.dim, true));
+    RETURN_IF_ERROR(table(kUserBias, data_.num_users, 1, false));
+    RETURN_IF_ERROR(table(kItemBias, data_.num_items, 1, false));
+    ASSIGN_OR_RETURN(
+        dataset_,
+        coordinator->CreatePerWorkerDataset(
+            kData, {Tensor::String(config_.ratings.path), Tensor::String(config_.ratings.user_col),
+                    Tensor::String(config_.ratings.item_col),
+                    Tensor::String(config_.ratings.rating_col),
+                    Tensor::Scalar<int64_t>(static_cast<int64_t>(config_.ratings.seed)),
+                    Tensor::Scalar<int64_t>(config_.batch_size),
+                    Tensor::Scalar<float>(static_cast<float>(config_.l2)),
+                    Tensor::Scalar<float>(static_cast<float>(config_.bias_l2)),
+                    Tensor::Scalar<int64_t>(config_.dim)}));
+    return absl::OkStatus();
+  }
+
+  int64_t total_steps() const override { return total_steps_; }
+  int64_t examples_per_step() const override { return config_.batch_size; }
+
+  absl::StatusOr<RemoteValue> ScheduleStep(ClusterCoordinator* coordinator, int64_t step) override {
+    return coordinator->Schedule(kTrain, {Tensor::Scalar<int64_t>(step)}, {dataset_});
+  }
+
+  absl::StatusOr<ModelMetrics> Evaluate(ClusterCoordinator* coordinator) override {
+    ModelMetrics m;
+    for (int split = 0; split < 2; ++split) {
+      const int64_t n = static_cast<int64_t>(split == 0 ? data_.test.size() : data_.train.size());
+      const int64_t chunk = 4096;
+      std::vector<RemoteValue> values;
+      for (int64_t b = 0; b < n; b += chunk) {
+        ASSIGN_OR_RETURN(RemoteValue v,
+                         coordinator->Schedule(kEval, {Tensor::Scalar<int64_t>(split),
+                                                       Tensor::Scalar<int64_t>(b),
+                                                       Tensor::Scalar<int64_t>(std::min(n, b + chunk))},
+                                               {dataset_}));
+        values.push_back(v);
+      }
+      double sse = 0;
+      int64_t count = 0;
+      for (const RemoteValue& v : values) {
+        ASSIGN_OR_RETURN(std::vector<Tensor> out, v.Fetch());
+        sse += out[0].scalar<float>();
+        count += out[1].scalar<int64_t>();
+      }
+      m.values[split == 0 ? "test_rmse" : "train_rmse"] =
+          count > 0 ? std::sqrt(sse / static_cast<double>(count)) : 0;
+    }
+    const BiasBaseline baseline = FitBiasBaseline(data_);
+    double lo = data_.train.rating[0], hi = lo;
+    for (float r : data_.train.rating) lo = std::min<double>(lo, r), hi = std::max<double>(hi, r);
+    m.values["baseline_test_rmse"] = Rmse(
+        data_.test, [&](int32_t u, int32_t i) { return baseline.Predict(u, i); }, lo, hi);
+    m.notes["users"] = absl::StrCat(data_.num_users);
+    m.notes["items"] = absl::StrCat(data_.num_items);
+    m.notes["train_ratings"] = absl::StrCat(data_.train.size());
+    m.notes["test_ratings"] = absl::StrCat(data_.test.size());
+    m.notes["test_excluded_unseen"] = absl::StrCat(data_.test_excluded);
+    return m;
+  }
+
+ private:
+  const MfConfig config_;
+  RatingsData data_;
+  int64_t steps_per_epoch_ = 0;
+  int64_t total_steps_ = 0;
+  PerWorkerDataset dataset_;
+};
+
+}  // namespace
+
+absl::Status RegisterMatrixFactorization(ClosureRegistry* registry) {
+  RETURN_IF_ERROR(registry->RegisterClosure(kTrain, TrainStep));
+  RETURN_IF_ERROR(registry->RegisterClosure(kEval, EvalChunk));
+  return registry->RegisterDataset(
+      kData,
+      [](int /*worker_index*/, int /*num_workers*/,
+         absl::Span<const Tensor> args) -> absl::StatusOr<std::unique_ptr<Dataset>> {
+        RatingsOptions options;
+        ASSIGN_OR_RETURN(options.path, StringArg(args, 0, kData));
+        ASSIGN_OR_RETURN(options.user_col, StringArg(args, 1, kData));
+        ASSIGN_OR_RETURN(options.item_col, StringArg(args, 2, kData));
+        ASSIGN_OR_RETURN(options.rating_col, StringArg(args, 3, kData));
+        ASSIGN_OR_RETURN(int64_t seed, IntArg(args, 4, kData));
+        options.seed = static_cast<uint64_t>(seed);
+        ASSIGN_OR_RETURN(int64_t batch_size, IntArg(args, 5, kData));
+        ASSIGN_OR_RETURN(double l2, FloatArg(args, 6, kData));
+        ASSIGN_OR_RETURN(double bias_l2, FloatArg(args, 7, kData));
+        ASSIGN_OR_RETURN(int64_t dim, IntArg(args, 8, kData));
+        ASSIGN_OR_RETURN(RatingsData data, LoadRatings(options));
+        return std::unique_ptr<Dataset>(
+            new RatingsResource(std::move(data), batch_size, options.seed, l2, bias_l2, dim));
+      });
+}
+
+absl::StatusOr<std::unique_ptr<Model>> CreateMatrixFactorization(const ModelOptions& options) {
+  MfConfig c;
+  ExtraOptions extra(kMatrixFactorizationModel, options.extra);
+  c.ratings.path = options.data.empty() ? "data/movielens/ratings.csv" : options.data;
+  c.ratings.user_col = extra.GetString("user_col", "userId");
+  c.ratings.item_col = extra.GetString("item_col", "movieId");
+  c.ratings.rating_col = extra.GetString("rating_col", "rating");
+  c.ratings.seed = options.seed;
+  ASSIGN_OR_RETURN(c.l2, extra.GetDouble("l2", c.l2));
+  ASSIGN_OR_RETURN(c.bias_l2, extra.GetDouble("bias_l2", c.bias_l2));
+  ASSIGN_OR_RETURN(c.shards, extra.GetInt("shards", 0));
+  const std::string optimizer = extra.GetString("optimizer", "adagrad");
+  if (optimizer == "adam") {
+    c.optimizer = OptimizerDef::ADAM;
+  } else if (optimizer == "sgd") {
+    c.optimizer = OptimizerDef::SGD;
+  } else if (optimizer != "adagrad") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "movielens_mf: optimizer=", optimizer, " is not one of adagrad, adam, sgd"));
+  }
+  RETURN_IF_ERROR(extra.Finish());
+  if (options.epochs > 0) c.epochs = options.epochs;
+  if (options.batch_size > 0) c.batch_size = options.batch_size;
+  if (options.learning_rate > 0) c.learning_rate = options.learning_rate;
+  if (options.embedding_dim > 0) c.dim = options.embedding_dim;
+  c.max_steps = options.max_steps;
+  if (c.l2 < 0 || c.bias_l2 < 0) {
+    return absl::InvalidArgumentError("movielens_mf: l2 and bias_l2 must be >= 0");
+  }
+  if (c.shards < 0) return absl::InvalidArgumentError("movielens_mf: shards must be >= 0");
+  return std::unique_ptr<Model>(new MatrixFactorization(std::move(c)));
+}
+
+}  // namespace pstrain

@@ -1,0 +1,34 @@
+// Ratings matrix factorization: rating ~ mean + user bias + item bias + dot(user emb, item emb),
+// with the four tables partitioned over the ps tasks and trained by a server-side optimizer
+// (Adagrad by default) on an L2-regularized squared error.
+//
+// ModelOptions: data (a ratings CSV; default data/movielens/ratings.csv), epochs (default 25),
+// batch_size (default 512), learning_rate (Adagrad's, default 0.1), embedding_dim (default 32),
+// seed. Extra: user_col, item_col, rating_col (defaults userId, movieId, rating), l2 (default
+// 0.04), shards (shards per embedding table, default: the number of ps tasks).
+//
+// Metrics: test_rmse, train_rmse, and baseline_test_rmse (regularized user + item biases alone);
+// notes give the counts, including the held-out ratings dropped as their user or item is unseen.
+#ifndef PSTRAIN_MODELS_MOVIELENS_MF_H_
+#define PSTRAIN_MODELS_MOVIELENS_MF_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "models/model.h"
+#include "worker/closure_registry.h"
+
+namespace pstrain {
+
+inline constexpr char kMatrixFactorizationModel[] = "movielens_mf";
+
+// The worker side: closures "movielens_mf/train" and "movielens_mf/eval", dataset
+// "movielens_mf/data".
+absl::Status RegisterMatrixFactorization(ClosureRegistry* registry);
+
+// The coordinator side. Errors: kInvalidArgument for bad options (naming them).
+absl::StatusOr<std::unique_ptr<Model>> CreateMatrixFactorization(const ModelOptions& options);
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_MODELS_MOVIELENS_MF_H_

@@ -1,0 +1,31 @@
+#include "models/registry.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "models/movielens_mf.h"
+
+namespace pstrain {
+
+absl::Status RegisterModelClosures(ClosureRegistry* registry) {
+  RETURN_IF_ERROR(RegisterMatrixFactorization(registry));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const ClosureRegistry>> TrainingRegistry() {
+  auto registry = std::make_shared<ClosureRegistry>();
+  RETURN_IF_ERROR(RegisterBuiltinClosures(registry.get()));
+  RETURN_IF_ERROR(RegisterModelClosures(registry.get()));
+  return std::shared_ptr<const ClosureRegistry>(std::move(registry));
+}
+
+std::vector<std::string> ModelNames() { return {kMatrixFactorizationModel}; }
+
+absl::StatusOr<std::unique_ptr<Model>> CreateModel(const std::string& name,
+                                                   const ModelOptions& options) {
+  if (name == kMatrixFactorizationModel) return CreateMatrixFactorization(options);
+  return absl::InvalidArgumentError(absl::StrCat("unknown model \"", name, "\" (models: ",
+                                                 absl::StrJoin(ModelNames(), ", "), ")"));
+}
+
+}  // namespace pstrain

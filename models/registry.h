@@ -1,0 +1,31 @@
+// Every model this build has: its worker-side closures, and its coordinator side by name.
+#ifndef PSTRAIN_MODELS_REGISTRY_H_
+#define PSTRAIN_MODELS_REGISTRY_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "models/model.h"
+#include "worker/closure_registry.h"
+
+namespace pstrain {
+
+// Registers every model's closures and datasets (for worker servers).
+absl::Status RegisterModelClosures(ClosureRegistry* registry);
+
+// The built-in closures plus every model's: what a worker of a training job runs.
+absl::StatusOr<std::shared_ptr<const ClosureRegistry>> TrainingRegistry();
+
+// The model called `name`. Errors: kInvalidArgument for an unknown name (listing the known ones)
+// or bad options.
+absl::StatusOr<std::unique_ptr<Model>> CreateModel(const std::string& name,
+                                                   const ModelOptions& options);
+
+// The names CreateModel knows.
+std::vector<std::string> ModelNames();
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_MODELS_REGISTRY_H_
