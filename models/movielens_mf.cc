@@ -28,12 +28,19 @@ constexpr char kItemBias[] = "mf/item_bias";
 class RatingsResource : public Dataset {
  public:
   RatingsResource(RatingsData data, int64_t batch_size, uint64_t seed, double l2, double bias_l2,
-                  int64_t dim)
+                  double reg_power, int64_t dim)
       : data_(std::move(data)),
         batches_(static_cast<int64_t>(data_.train.size()), batch_size, seed),
         l2_(l2),
         bias_l2_(bias_l2),
+        reg_power_(reg_power),
         dim_(dim) {
+    user_count_.assign(data_.num_users, 0);
+    item_count_.assign(data_.num_items, 0);
+    for (size_t k = 0; k < data_.train.size(); ++k) {
+      ++user_count_[data_.train.user[k]];
+      ++item_count_[data_.train.item[k]];
+    }
     lo_ = hi_ = data_.train.rating[0];
     for (float r : data_.train.rating) {
       lo_ = std::min<double>(lo_, r);
@@ -61,16 +68,22 @@ class RatingsResource : public Dataset {
   EpochBatches& batches() { return batches_; }
   double l2() const { return l2_; }
   double bias_l2() const { return bias_l2_; }
+  double reg_power() const { return reg_power_; }
   int64_t dim() const { return dim_; }
   double Clip(double p) const { return std::clamp(p, lo_, hi_); }
+  // Training ratings of each user and item.
+  int64_t user_count(int64_t u) const { return user_count_[u]; }
+  int64_t item_count(int64_t i) const { return item_count_[i]; }
 
  private:
   const RatingsData data_;
   EpochBatches batches_;
   const double l2_;
   const double bias_l2_;
+  const double reg_power_;
   const int64_t dim_;
   double lo_, hi_;
+  std::vector<int64_t> user_count_, item_count_;
   absl::Mutex mu_;
   int64_t next_step_ ABSL_GUARDED_BY(mu_) = 0;
 };
@@ -158,8 +171,15 @@ absl::StatusOr<std::vector<Tensor>> TrainStep(ClosureContext& ctx, absl::Span<co
   for (int64_t k = 0; k < n; ++k) dout[k] = 2 * err[k];
   RETURN_IF_ERROR(device->RowDotGrad(n, dim, f.pu.data(), f.qi.data(), dout.data(), gp.data(),
                                      gq.data()));
-  RETURN_IF_ERROR(device->Axpy(n * dim, 2 * l2, f.pu.data(), gp.data()));
-  RETURN_IF_ERROR(device->Axpy(n * dim, 2 * l2, f.qi.data(), gq.data()));
+  // L2 per occurrence, l2 / count^reg_power: with reg_power 0 every rating of a user adds the same
+  // pull towards 0 (frequent users are held hardest); with 1 each user's total pull is the same.
+  const double power = res->reg_power();
+  for (int64_t k = 0; k < n; ++k) {
+    const float ru = static_cast<float>(2 * l2 / std::pow(res->user_count(f.users[k]), power));
+    const float ri = static_cast<float>(2 * l2 / std::pow(res->item_count(f.items[k]), power));
+    RETURN_IF_ERROR(device->Axpy(dim, ru, &f.pu[k * dim], &gp[k * dim]));
+    RETURN_IF_ERROR(device->Axpy(dim, ri, &f.qi[k * dim], &gq[k * dim]));
+  }
   for (int64_t k = 0; k < n; ++k) {
     gbu[k] = dout[k] + 2 * bias_l2 * f.bu[k];
     gbi[k] = dout[k] + 2 * bias_l2 * f.bi[k];
@@ -204,13 +224,14 @@ absl::StatusOr<std::vector<Tensor>> EvalChunk(ClosureContext& ctx, absl::Span<co
 
 struct MfConfig {
   RatingsOptions ratings;
-  int epochs = 25;
+  int epochs = 40;
   int64_t max_steps = 0;
-  int64_t batch_size = 512;
-  double learning_rate = 0.1;
+  int64_t batch_size = 256;
+  double learning_rate = 0.05;
   int64_t dim = 32;
-  double l2 = 0.1;
+  double l2 = 1.2;
   double bias_l2 = 0.01;
+  double reg_power = 0.5;
   int64_t shards = 0;  // 0: one per ps task
   OptimizerDef::Kind optimizer = OptimizerDef::ADAGRAD;
 };
@@ -261,6 +282,7 @@ class MatrixFactorization final : public Model {
                     Tensor::Scalar<int64_t>(config_.batch_size),
                     Tensor::Scalar<float>(static_cast<float>(config_.l2)),
                     Tensor::Scalar<float>(static_cast<float>(config_.bias_l2)),
+                    Tensor::Scalar<float>(static_cast<float>(config_.reg_power)),
                     Tensor::Scalar<int64_t>(config_.dim)}));
     return absl::OkStatus();
   }
@@ -336,10 +358,12 @@ absl::Status RegisterMatrixFactorization(ClosureRegistry* registry) {
         ASSIGN_OR_RETURN(int64_t batch_size, IntArg(args, 5, kData));
         ASSIGN_OR_RETURN(double l2, FloatArg(args, 6, kData));
         ASSIGN_OR_RETURN(double bias_l2, FloatArg(args, 7, kData));
-        ASSIGN_OR_RETURN(int64_t dim, IntArg(args, 8, kData));
+        ASSIGN_OR_RETURN(double reg_power, FloatArg(args, 8, kData));
+        ASSIGN_OR_RETURN(int64_t dim, IntArg(args, 9, kData));
         ASSIGN_OR_RETURN(RatingsData data, LoadRatings(options));
-        return std::unique_ptr<Dataset>(
-            new RatingsResource(std::move(data), batch_size, options.seed, l2, bias_l2, dim));
+        return std::unique_ptr<Dataset>(new RatingsResource(std::move(data), batch_size,
+                                                            options.seed, l2, bias_l2, reg_power,
+                                                            dim));
       });
 }
 
@@ -353,6 +377,7 @@ absl::StatusOr<std::unique_ptr<Model>> CreateMatrixFactorization(const ModelOpti
   c.ratings.seed = options.seed;
   ASSIGN_OR_RETURN(c.l2, extra.GetDouble("l2", c.l2));
   ASSIGN_OR_RETURN(c.bias_l2, extra.GetDouble("bias_l2", c.bias_l2));
+  ASSIGN_OR_RETURN(c.reg_power, extra.GetDouble("reg_power", c.reg_power));
   ASSIGN_OR_RETURN(c.shards, extra.GetInt("shards", 0));
   const std::string optimizer = extra.GetString("optimizer", "adagrad");
   if (optimizer == "adam") {

@@ -2,10 +2,13 @@
 // with the four tables partitioned over the ps tasks and trained by a server-side optimizer
 // (Adagrad by default) on an L2-regularized squared error.
 //
-// ModelOptions: data (a ratings CSV; default data/movielens/ratings.csv), epochs (default 25),
-// batch_size (default 512), learning_rate (Adagrad's, default 0.1), embedding_dim (default 32),
-// seed. Extra: user_col, item_col, rating_col (defaults userId, movieId, rating), l2 (default
-// 0.04), shards (shards per embedding table, default: the number of ps tasks).
+// ModelOptions: data (a ratings CSV; default data/movielens/ratings.csv), epochs (default 40),
+// batch_size (default 256), learning_rate (default 0.05), embedding_dim (default 32), seed.
+// Extra: user_col, item_col, rating_col (defaults userId, movieId, rating); l2 (default 1.2) and
+// reg_power (default 0.5): each rating adds l2 / count^reg_power of L2 pull on its user's and
+// item's embedding (count = that user's or item's training ratings), so rarely seen ones are held
+// closer to 0; bias_l2 (default 0.01, per rating); optimizer (adagrad (default), adam, sgd);
+// shards (per table, default: the number of ps tasks).
 //
 // Metrics: test_rmse, train_rmse, and baseline_test_rmse (regularized user + item biases alone);
 // notes give the counts, including the held-out ratings dropped as their user or item is unseen.
