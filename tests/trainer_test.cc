@@ -1,0 +1,185 @@
+// The trainer end to end on a small ratings file the test writes: it trains and evaluates; a run
+// stopped after a checkpoint resumes at that step; the coordinator binary killed with SIGKILL
+// mid-job and run again resumes at its last checkpoint and finishes; TensorBoard events appear.
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "coordinator/checkpoint_files.h"
+#include "coordinator/event_writer.h"
+#include "coordinator/trainer.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "models/movielens_mf.h"
+#include "models/registry.h"
+#include "nlohmann/json.hpp"
+#include "tests/in_process_cluster.h"
+#include "tests/subprocess.h"
+
+namespace pstrain {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string TempDir(const std::string& name) {
+  const char* base = std::getenv("TEST_TMPDIR");
+  std::string dir = std::string(base != nullptr ? base : "/tmp") + "/" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// 40 users x 30 items with a low-rank structure plus noise; about half the pairs rated.
+std::string WriteRatings(const std::string& dir) {
+  const std::string path = dir + "/ratings.csv";
+  std::ofstream f(path);
+  f << "user,item,stars,when\n";
+  std::mt19937 rng(5);
+  std::normal_distribution<double> noise(0, 0.3);
+  for (int u = 0; u < 40; ++u) {
+    for (int i = 0; i < 30; ++i) {
+      if ((u * 7 + i * 3) % 2 == 0) continue;
+      const double r = 3 + 0.8 * std::sin(u) * std::cos(i) + 0.5 * ((u % 3) - 1) + noise(rng);
+      f << "u" << u << "," << 100 + i << "," << std::clamp(r, 1.0, 5.0) << ",0\n";
+    }
+  }
+  return path;
+}
+
+std::unique_ptr<Model> SmallModel(const std::string& csv, int epochs) {
+  ModelOptions o;
+  o.data = csv;
+  o.epochs = epochs;
+  o.batch_size = 16;
+  o.embedding_dim = 4;
+  o.learning_rate = 0.1;
+  o.extra = {{"user_col", "user"}, {"item_col", "item"}, {"rating_col", "stars"}};
+  return *CreateMatrixFactorization(o);
+}
+
+class TrainerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = TempDir("trainer");
+    csv_ = WriteRatings(dir_);
+    InProcessClusterOptions o;
+    o.num_ps = 2;
+    o.num_workers = 2;
+    o.registry = *TrainingRegistry();
+    cluster_ = std::move(*InProcessCluster::Start(o));
+  }
+  std::string dir_, csv_;
+  std::unique_ptr<InProcessCluster> cluster_;
+};
+
+TEST_F(TrainerTest, Train_SmallRatings_BeatsBiasBaselineAndWritesEvents) {
+  auto model = SmallModel(csv_, /*epochs=*/30);
+  TrainerOptions options;
+  options.logdir = dir_ + "/logs";
+  options.progress.is_tty = false;
+  absl::StatusOr<TrainResult> r = Train(cluster_->spec(), model.get(), options);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->start_step, 0);
+  EXPECT_GT(r->end_step, 0);
+  EXPECT_LT(r->metrics.values["test_rmse"], r->metrics.values["baseline_test_rmse"]);
+  EXPECT_THAT(r->ToJson(), HasSubstr("\"model\":\"movielens_mf\""));
+  // The event file holds the loss curve and the final metrics, each record's CRCs checked.
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(options.logdir)) {
+    files.push_back(e.path().string());
+  }
+  ASSERT_EQ(files.size(), 1u);
+  absl::StatusOr<std::vector<tensorflow::Event>> events = ReadEventFile(files[0]);
+  ASSERT_TRUE(events.ok()) << events.status();
+  std::set<std::string> tags;
+  for (const auto& e : *events) {
+    for (const auto& v : e.summary().value()) tags.insert(v.tag());
+  }
+  EXPECT_TRUE(tags.count("loss") && tags.count("examples_per_sec") && tags.count("test_rmse"));
+}
+
+TEST_F(TrainerTest, StoppedAfterCheckpoint_NextRunResumesAtSavedStep) {
+  auto model = SmallModel(csv_, /*epochs=*/4);
+  TrainerOptions options;
+  options.checkpoint_dir = dir_ + "/ckpt";
+  options.checkpoint_every_steps = 25;
+  options.progress.is_tty = false;
+  options.evaluate = false;
+  options.after_step = [](int64_t step) {
+    return step == 60 ? absl::AbortedError("simulated crash at step 60") : absl::OkStatus();
+  };
+  absl::StatusOr<TrainResult> first = Train(cluster_->spec(), model.get(), options);
+  EXPECT_EQ(first.status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(LatestCheckpoint(options.checkpoint_dir)->step, 50);
+
+  auto again = SmallModel(csv_, /*epochs=*/4);
+  options.after_step = nullptr;
+  absl::StatusOr<TrainResult> second = Train(cluster_->spec(), again.get(), options);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->start_step, 50);
+  EXPECT_EQ(second->end_step, again->total_steps());
+  EXPECT_THAT(second->restored_from, HasSubstr("ckpt-000000000050"));
+  EXPECT_EQ(LatestCheckpoint(options.checkpoint_dir)->step, again->total_steps());
+}
+
+TEST_F(TrainerTest, CheckpointOfAnotherModelShape_ClearErrorBeforeTraining) {
+  TrainerOptions options;
+  options.checkpoint_dir = dir_ + "/ckpt_shape";
+  options.progress.is_tty = false;
+  options.evaluate = false;
+  auto model = SmallModel(csv_, 1);
+  ASSERT_TRUE(Train(cluster_->spec(), model.get(), options).ok());
+  // The same names with another embedding width: the restore names the variable and both shapes.
+  ModelOptions o;
+  o.data = csv_;
+  o.embedding_dim = 6;
+  o.extra = {{"user_col", "user"}, {"item_col", "item"}, {"rating_col", "stars"}};
+  InProcessClusterOptions co;
+  co.num_ps = 1;
+  co.num_workers = 1;
+  co.registry = *TrainingRegistry();
+  auto fresh = std::move(*InProcessCluster::Start(co));
+  auto wider = *CreateMatrixFactorization(o);
+  absl::StatusOr<TrainResult> r = Train(fresh->spec(), wider.get(), options);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("\"mf/item_embedding\" was saved as [30,4] DT_FLOAT32 but is now [30,6]"));
+}
+
+// The coordinator binary (with its own in-process cluster) killed mid-job and started again.
+TEST(CoordinatorBinaryTest, KilledMidJob_RerunResumesAtLastCheckpointAndFinishes) {
+  const std::string dir = TempDir("binary");
+  const std::string csv = WriteRatings(dir);
+  const std::string ckpt = dir + "/ckpt";
+  const std::vector<std::string> argv = {
+      RunfilePath("coordinator/coordinator"), "--model=movielens_mf", "--data=" + csv,
+      "--user_col=user", "--item_col=item", "--rating_col=stars", "--batch_size=8",
+      "--epochs=150", "--checkpoint_dir=" + ckpt, "--checkpoint_every_steps=200", "--logdir="};
+  {
+    auto first = Subprocess::Start("first", argv, {}, dir);
+    ASSERT_TRUE(first.ok()) << first.status();
+    const absl::Time deadline = absl::Now() + absl::Seconds(120);
+    while (!LatestCheckpoint(ckpt).ok() && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    (*first)->Signal(SIGKILL);
+    ASSERT_EQ(*(*first)->Wait(absl::Seconds(30)), 128 + SIGKILL) << (*first)->Stderr();
+  }
+  absl::StatusOr<CheckpointEntry> latest = LatestCheckpoint(ckpt);
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  auto second = Subprocess::Start("second", argv, {}, dir);
+  ASSERT_TRUE(second.ok());
+  ASSERT_EQ(*(*second)->Wait(absl::Seconds(240)), 0) << (*second)->Stderr();
+  const std::string out = (*second)->Stdout();
+  const std::string json_line = out.substr(out.rfind('{'));
+  nlohmann::json j = nlohmann::json::parse(json_line);
+  EXPECT_EQ(j["start_step"].get<int64_t>(), latest->step);
+  EXPECT_GT(j["end_step"].get<int64_t>(), latest->step);
+  EXPECT_LT(j["test_rmse"].get<double>(), j["baseline_test_rmse"].get<double>());
+}
+
+}  // namespace
+}  // namespace pstrain
