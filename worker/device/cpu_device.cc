@@ -90,7 +90,7 @@ constexpr int kMr = 6;
 #endif
 typedef float Vec __attribute__((vector_size(kLanes * sizeof(float))));
 
-// Block sizes: a kKc-deep slice; the packed A block (kMc x kKc, 128 KiB) stays in L2, one B sliver
+// Block sizes: a kKc-deep slice; the A block (kMc x kKc, 128 KiB) stays in L2, one B sliver
 // (kKc x kNr, <= 32 KiB) in L1, the packed B panel (kKc x kNc, 1 MiB) in L2/L3.
 constexpr int64_t kKc = 256;
 constexpr int64_t kMc = kMr * 16;
@@ -131,32 +131,28 @@ struct GemmArgs {
   int64_t ldc;
 };
 
-// Packs alpha * op(A)[i0 : i0 + mc, p0 : p0 + kc] as slivers of kMr rows: sliver s holds, for each
-// p, the kMr values of column p (rows past m are zero).
-void PackA(const GemmArgs& g, int64_t i0, int64_t mc, int64_t p0, int64_t kc, float* out) {
-  for (int64_t s = 0; s < mc; s += kMr) {
-    const int64_t rows = std::min<int64_t>(kMr, mc - s);
-    float* o = out + s * kc;
-    if (g.trans_a) {  // A is k x m: each p's kMr values are contiguous
-      for (int64_t p = 0; p < kc; ++p) {
-        const float* src = g.a + (p0 + p) * g.lda + i0 + s;
-        for (int64_t i = 0; i < rows; ++i) o[p * kMr + i] = g.alpha * src[i];
-        for (int64_t i = rows; i < kMr; ++i) o[p * kMr + i] = 0;
-      }
-    } else {  // A is m x k: read kMr rows side by side
-      for (int64_t i = 0; i < rows; ++i) {
-        const float* src = g.a + (i0 + s + i) * g.lda + p0;
-        for (int64_t p = 0; p < kc; ++p) o[p * kMr + i] = g.alpha * src[p];
-      }
-      for (int64_t i = rows; i < kMr; ++i) {
-        for (int64_t p = 0; p < kc; ++p) o[p * kMr + i] = 0;
-      }
+// Packs op(A)[i0 : i0 + rows, p0 : p0 + kc] (rows <= kMr) as one zero-padded sliver: for each p,
+// the kMr values of column p. That is the layout of a transposed A with lda = kMr, so the kernel
+// reads it as one.
+void PackSliverA(const GemmArgs& g, int64_t i0, int64_t rows, int64_t p0, int64_t kc, float* out) {
+  if (g.trans_a && rows == kMr) {  // kMr contiguous values per p: plain copies
+    for (int64_t p = 0; p < kc; ++p) {
+      std::memcpy(out + p * kMr, g.a + (p0 + p) * g.lda + i0, kMr * sizeof(float));
+    }
+    return;
+  }
+  for (int64_t p = 0; p < kc; ++p) {
+    for (int64_t i = 0; i < kMr; ++i) {
+      const int64_t row = i0 + i, col = p0 + p;
+      out[p * kMr + i] =
+          i >= rows ? 0.0f : (g.trans_a ? g.a[col * g.lda + row] : g.a[row * g.lda + col]);
     }
   }
 }
 
 // Packs op(B)[p0 : p0 + kc, j0 : j0 + nc] as slivers of kNr columns: sliver t holds, for each p,
-// the kNr values of row p (columns past n are zero).
+// the kNr values of row p (columns past n are zero). The kernel reuses each sliver across a whole
+// row block, so it pays to make it contiguous and L1-resident.
 template <int kNr>
 void PackB(const GemmArgs& g, int64_t p0, int64_t kc, int64_t j0, int64_t nc, float* out) {
   for (int64_t t = 0; t < nc; t += kNr) {
@@ -172,23 +168,29 @@ void PackB(const GemmArgs& g, int64_t p0, int64_t kc, int64_t j0, int64_t nc, fl
           for (int64_t j = cols; j < kNr; ++j) o[p * kNr + j] = 0;
         }
       }
-    } else {  // B is n x k: read kNr rows side by side
-      for (int64_t j = 0; j < cols; ++j) {
-        const float* src = g.b + (j0 + t + j) * g.ldb + p0;
-        for (int64_t p = 0; p < kc; ++p) o[p * kNr + j] = src[p];
-      }
-      for (int64_t j = cols; j < kNr; ++j) {
-        for (int64_t p = 0; p < kc; ++p) o[p * kNr + j] = 0;
+    } else {  // B is n x k: a transpose, by tiles of 16 values of p from each of the kNr rows
+      constexpr int64_t kTile = 16;
+      for (int64_t pt = 0; pt < kc; pt += kTile) {
+        const int64_t plen = std::min(kTile, kc - pt);
+        for (int64_t j = 0; j < kNr; ++j) {
+          if (j >= cols) {
+            for (int64_t p = pt; p < pt + plen; ++p) o[p * kNr + j] = 0;
+            continue;
+          }
+          const float* src = g.b + (j0 + t + j) * g.ldb + p0;
+          for (int64_t p = pt; p < pt + plen; ++p) o[p * kNr + j] = src[p];
+        }
       }
     }
   }
 }
 
-// C[0 : mr, 0 : nr] = beta * C + (packed A sliver) x (packed B sliver) over kc; beta == 0 never
-// reads C. The kMr x kNr accumulator tile lives in registers.
-template <int kNv>
-void MicroKernel(int64_t kc, const float* __restrict ap, const float* __restrict bp, float* c,
-                 int64_t ldc, int64_t mr, int64_t nr, float beta) {
+// C[0 : mr, 0 : nr] = alpha * A x B + beta * C over kc, for the kMr rows of A at `a` (row i, depth
+// p at a[i * lda + p], or at a[p * lda + i] if kTransA) and the packed B sliver `bp`. beta == 0
+// never reads C. The kMr x kNr accumulator tile lives in registers.
+template <int kNv, bool kTransA>
+void MicroKernel(int64_t kc, const float* __restrict a, int64_t lda, const float* __restrict bp,
+                 float* c, int64_t ldc, int64_t mr, int64_t nr, float alpha, float beta) {
   constexpr int kNr = kNv * kLanes;
   Vec acc[kMr][kNv];
 #pragma GCC unroll 16
@@ -202,11 +204,10 @@ void MicroKernel(int64_t kc, const float* __restrict ap, const float* __restrict
     for (int j = 0; j < kNv; ++j) LoadVec(&bv[j], bp + j * kLanes);
 #pragma GCC unroll 16
     for (int i = 0; i < kMr; ++i) {
-      const float ai = ap[i];
+      const float ai = kTransA ? a[p * lda + i] : a[i * lda + p];
 #pragma GCC unroll 4
       for (int j = 0; j < kNv; ++j) acc[i][j] += ai * bv[j];
     }
-    ap += kMr;
     bp += kNr;
   }
   if (mr == kMr && nr == kNr) {
@@ -215,12 +216,13 @@ void MicroKernel(int64_t kc, const float* __restrict ap, const float* __restrict
 #pragma GCC unroll 4
       for (int j = 0; j < kNv; ++j) {
         float* cp = c + i * ldc + j * kLanes;
+        const Vec sum = alpha == 1 ? acc[i][j] : alpha * acc[i][j];
         if (beta == 0) {
-          StoreVec(cp, acc[i][j]);
+          StoreVec(cp, sum);
         } else {
           Vec old;
           LoadVec(&old, cp);
-          StoreVec(cp, beta == 1 ? old + acc[i][j] : beta * old + acc[i][j]);
+          StoreVec(cp, beta == 1 ? old + sum : beta * old + sum);
         }
       }
     }
@@ -232,11 +234,16 @@ void MicroKernel(int64_t kc, const float* __restrict ap, const float* __restrict
   }
   for (int64_t i = 0; i < mr; ++i) {
     float* cp = c + i * ldc;
-    for (int64_t j = 0; j < nr; ++j) cp[j] = beta == 0 ? tile[i][j] : beta * cp[j] + tile[i][j];
+    for (int64_t j = 0; j < nr; ++j) {
+      cp[j] = beta == 0 ? alpha * tile[i][j] : alpha * tile[i][j] + beta * cp[j];
+    }
   }
 }
 
-// Computes the block C[i_begin : i_end, j_begin : j_end] over all of k.
+// Computes the block C[i_begin : i_end, j_begin : j_end] over all of k. A non-transposed A is
+// read in place (kMr row streams, each contiguous); a transposed one is packed per row block (read
+// in place, each depth step would touch a new cache line for kMr values and crowd B out of L1), as
+// is an edge sliver of fewer than kMr rows (zero-padded, so the kernel never reads past m).
 template <int kNv>
 void GemmBlock(const GemmArgs& g, int64_t i_begin, int64_t i_end, int64_t j_begin, int64_t j_end) {
   constexpr int kNr = kNv * kLanes;
@@ -251,13 +258,25 @@ void GemmBlock(const GemmArgs& g, int64_t i_begin, int64_t i_end, int64_t j_begi
       PackB<kNr>(g, p0, kc, j0, nc, packed_b);
       for (int64_t i0 = i_begin; i0 < i_end; i0 += kMc) {
         const int64_t mc = std::min(kMc, i_end - i0);
-        PackA(g, i0, mc, p0, kc, packed_a);
+        // Which slivers are packed, and where: packed_a + ir * kc for the sliver at row i0 + ir.
+        for (int64_t ir = 0; ir < mc; ir += kMr) {
+          const int64_t mr = std::min<int64_t>(kMr, mc - ir);
+          if (g.trans_a || mr < kMr) PackSliverA(g, i0 + ir, mr, p0, kc, packed_a + ir * kc);
+        }
         for (int64_t jr = 0; jr < nc; jr += kNr) {
           const int64_t nr = std::min<int64_t>(kNr, nc - jr);
+          const float* bp = packed_b + jr * kc;
           for (int64_t ir = 0; ir < mc; ir += kMr) {
             const int64_t mr = std::min<int64_t>(kMr, mc - ir);
-            MicroKernel<kNv>(kc, packed_a + ir * kc, packed_b + jr * kc,
-                             g.c + (i0 + ir) * g.ldc + j0 + jr, g.ldc, mr, nr, beta);
+            const int64_t row = i0 + ir;
+            float* c = g.c + row * g.ldc + j0 + jr;
+            if (g.trans_a || mr < kMr) {
+              MicroKernel<kNv, true>(kc, packed_a + ir * kc, kMr, bp, c, g.ldc, mr, nr, g.alpha,
+                                     beta);
+            } else {
+              MicroKernel<kNv, false>(kc, g.a + row * g.lda + p0, g.lda, bp, c, g.ldc, mr, nr,
+                                      g.alpha, beta);
+            }
           }
         }
       }
@@ -277,20 +296,34 @@ void ScaleC(const GemmArgs& g) {
   }
 }
 
+// Splits C into pieces for the pool. A piece packs the part of B its columns need, and (A
+// transposed) the part of A its rows need: so a non-transposed A is split by columns first (nothing
+// is packed twice), a transposed one by rows. There are up to kPiecesPerThread pieces per thread,
+// claimed dynamically, so that a thread the OS preempts (or a busy pool) delays the op by a small
+// piece, not half of it.
 template <int kNv>
 void GemmParallel(const GemmArgs& g, ThreadPool* pool, int64_t min_flops_per_piece) {
   constexpr int64_t kNr = kNv * kLanes;
+  constexpr int64_t kPiecesPerThread = 4;
   const int64_t row_slivers = (g.m + kMr - 1) / kMr;
   const int64_t col_slivers = (g.n + kNr - 1) / kNr;
   const double flops = 2.0 * g.m * g.n * g.k;
   const int64_t threads = pool == nullptr ? 1 : pool->num_threads() + 1;
-  const int64_t pieces = std::max<int64_t>(
-      1, std::min<int64_t>(threads, static_cast<int64_t>(flops / std::max<int64_t>(
-                                                                   1, min_flops_per_piece))));
-  // Rows first (each piece then packs B for its own rows; that is k x n work against the piece's
-  // 2 x rows x n x k flops), columns when there are too few row slivers.
-  const int64_t row_pieces = std::min(pieces, row_slivers);
-  const int64_t col_pieces = std::min(pieces / row_pieces, col_slivers);
+  int64_t pieces = 1;
+  if (threads > 1) {
+    pieces = static_cast<int64_t>(
+        std::min<double>(threads * kPiecesPerThread,
+                         flops / std::max<int64_t>(1, min_flops_per_piece)));
+    pieces = std::max<int64_t>(1, pieces);
+  }
+  int64_t row_pieces, col_pieces;
+  if (g.trans_a) {
+    row_pieces = std::min(pieces, row_slivers);
+    col_pieces = std::max<int64_t>(1, std::min(pieces / row_pieces, col_slivers));
+  } else {
+    col_pieces = std::min(pieces, col_slivers);
+    row_pieces = std::max<int64_t>(1, std::min(pieces / col_pieces, row_slivers));
+  }
   ParallelFor(pool, row_pieces * col_pieces, [&](int64_t piece) {
     const int64_t r = piece / col_pieces, cidx = piece % col_pieces;
     const int64_t i_begin = std::min(g.m, row_slivers * r / row_pieces * kMr);
