@@ -63,6 +63,9 @@ ABSL_FLAG(std::string, checkpoint_dir, "runs/{model}/checkpoints",
 ABSL_FLAG(std::string, restore, "latest",
           "latest: resume from the newest checkpoint in --checkpoint_dir if any; none: start "
           "fresh; or the path of one checkpoint.");
+ABSL_FLAG(bool, restore_skip_missing, false,
+          "Variables the restored checkpoint lacks keep their initial values (default: an error "
+          "naming them).");
 ABSL_FLAG(int64_t, checkpoint_every_steps, 0, "Save a checkpoint every N steps (0: not by steps).");
 ABSL_FLAG(absl::Duration, checkpoint_every, absl::Seconds(30),
           "Save a checkpoint this often (0: not by time). A final one is always saved.");
@@ -172,6 +175,7 @@ int RunTrainJob(const ClusterSpec& spec) {
   TrainerOptions trainer;
   trainer.checkpoint_dir = WithModel(absl::GetFlag(FLAGS_checkpoint_dir), name);
   trainer.restore = absl::GetFlag(FLAGS_restore);
+  trainer.restore_skip_missing = absl::GetFlag(FLAGS_restore_skip_missing);
   trainer.checkpoint_every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
   trainer.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
   trainer.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);

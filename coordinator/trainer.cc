@@ -89,6 +89,8 @@ absl::StatusOr<TrainResult> Train(const ClusterSpec& spec, Model* model,
                                                             coordinator->variables()));
   }
   std::optional<RestoredCheckpoint> restored;
+  RestoreOptions restore_options;
+  restore_options.skip_missing = options.restore_skip_missing;
   if (options.restore != "none" && options.restore != "latest") {
     if (checkpoints == nullptr) {
       // A checkpoint path without a checkpoint_dir: restore from it, save nowhere.
@@ -97,9 +99,9 @@ absl::StatusOr<TrainResult> Train(const ClusterSpec& spec, Model* model,
       ASSIGN_OR_RETURN(checkpoints, CheckpointManager::Create(c, coordinator->ps()->clients(),
                                                               coordinator->variables()));
     }
-    ASSIGN_OR_RETURN(restored, checkpoints->Restore(options.restore));
+    ASSIGN_OR_RETURN(restored, checkpoints->Restore(options.restore, restore_options));
   } else if (options.restore == "latest" && checkpoints != nullptr) {
-    ASSIGN_OR_RETURN(restored, checkpoints->RestoreLatest());
+    ASSIGN_OR_RETURN(restored, checkpoints->RestoreLatest(restore_options));
   }
   if (restored.has_value()) {
     auto it = restored->state.find(kModelState);

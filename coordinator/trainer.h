@@ -33,6 +33,9 @@ struct TrainerOptions {
   // "none": start fresh (existing checkpoints are kept until newer ones replace them); or the
   // path of one checkpoint to start from.
   std::string restore = "latest";
+  // Variables the restored checkpoint lacks keep their initial values instead of failing the
+  // restore. Default false.
+  bool restore_skip_missing = false;
   // Save every this many steps (default 0: not by steps) and/or this often (default 0: not by
   // time). With a checkpoint_dir and neither set, only the final checkpoint is saved.
   int64_t checkpoint_every_steps = 0;
