@@ -104,7 +104,7 @@ class Device {
   // y = 1 / (1 + exp(-x)) elementwise; y may be x.
   absl::Status Sigmoid(int64_t n, const float* x, float* y);
 
-  // ---- Losses (numerically stable; the loss is one float in device memory) ---------------------
+  // ---- Losses (numerically stable; the loss is one float in device memory, 0 for an empty batch) -
 
   // Softmax over each row of `logits` [rows, classes] into `probs` (same shape; may be logits), and
   // *loss = mean over rows of -log(probs[r][labels[r]]). labels[r] in [0, classes).
@@ -240,9 +240,10 @@ struct CpuDeviceOptions {
   // caller never waits on a piece of work that no thread has started. Default null: every op runs
   // on the calling thread alone.
   ThreadPool* pool = nullptr;
-  // An op is split only if it has at least this much work per piece: floating-point operations for
-  // Gemm, bytes touched for the memory-bound ops. Default 2 Mflop / 1 MiB: below that, waking a
-  // thread costs more than it saves.
+  // An op is split only into pieces of at least this much work: floating-point operations for
+  // Gemm, bytes touched for the memory-bound ops. Default 2 Mflop (~15 us of Gemm on one core) /
+  // 1 MiB: below that, waking a thread costs more than it saves. Gemm makes up to 4 pieces per
+  // thread, claimed as threads come free, so a preempted thread holds up only a small piece.
   int64_t min_flops_per_piece = int64_t{2} << 20;
   int64_t min_bytes_per_piece = int64_t{1} << 20;
 };
