@@ -624,15 +624,15 @@ class CpuDevice : public Device {
     return absl::OkStatus();
   }
 
-  absl::Status DoConcatColumns(int64_t rows, absl::Span<const ColumnBlock> blocks,
+  absl::Status DoConcatColumns(int64_t rows, absl::Span<const ConstColumnBlock> blocks,
                                float* out) override {
     int64_t width = 0;
-    for (const ColumnBlock& block : blocks) width += block.cols;
+    for (const ConstColumnBlock& block : blocks) width += block.cols;
     ParallelRanges(options_.pool, rows, BytePieces(2 * rows * width * 4),
                    [&](int64_t begin, int64_t end) {
                      for (int64_t r = begin; r < end; ++r) {
                        float* o = out + r * width;
-                       for (const ColumnBlock& block : blocks) {
+                       for (const ConstColumnBlock& block : blocks) {
                          std::memcpy(o, block.data + r * block.ld, block.cols * sizeof(float));
                          o += block.cols;
                        }

@@ -306,12 +306,13 @@ absl::Status Device::SegmentSum(int64_t n, int64_t dim, const float* grads, cons
 namespace {
 
 // Checks each block and returns the sum of their widths.
+template <typename T>
 absl::StatusOr<int64_t> CheckBlocks(const char* op, int64_t rows,
-                                    absl::Span<const Device::ColumnBlock> blocks) {
+                                    absl::Span<const Device::ColumnBlockOf<T>> blocks) {
   RETURN_IF_ERROR(NonNegative(op, "rows", rows));
   int64_t total = 0;
   for (size_t j = 0; j < blocks.size(); ++j) {
-    const Device::ColumnBlock& block = blocks[j];
+    const Device::ColumnBlockOf<T>& block = blocks[j];
     const std::string what = absl::StrCat("blocks[", j, "]");
     RETURN_IF_ERROR(NonNegative(op, (what + ".cols").c_str(), block.cols));
     RETURN_IF_ERROR(LeadingDim(op, (what + ".ld").c_str(), block.ld, block.cols));
@@ -327,9 +328,9 @@ absl::StatusOr<int64_t> CheckBlocks(const char* op, int64_t rows,
 
 }  // namespace
 
-absl::Status Device::ConcatColumns(int64_t rows, absl::Span<const ColumnBlock> blocks,
+absl::Status Device::ConcatColumns(int64_t rows, absl::Span<const ConstColumnBlock> blocks,
                                    float* out) {
-  ASSIGN_OR_RETURN(int64_t width, CheckBlocks("ConcatColumns", rows, blocks));
+  ASSIGN_OR_RETURN(int64_t width, CheckBlocks<const float>("ConcatColumns", rows, blocks));
   ASSIGN_OR_RETURN(int64_t size, Product("ConcatColumns", rows, width));
   RETURN_IF_ERROR(Pointer("ConcatColumns", "out", out, size));
   if (size == 0) return absl::OkStatus();
@@ -338,7 +339,7 @@ absl::Status Device::ConcatColumns(int64_t rows, absl::Span<const ColumnBlock> b
 
 absl::Status Device::SplitColumns(int64_t rows, const float* in,
                                   absl::Span<const ColumnBlock> blocks) {
-  ASSIGN_OR_RETURN(int64_t width, CheckBlocks("SplitColumns", rows, blocks));
+  ASSIGN_OR_RETURN(int64_t width, CheckBlocks<float>("SplitColumns", rows, blocks));
   ASSIGN_OR_RETURN(int64_t size, Product("SplitColumns", rows, width));
   RETURN_IF_ERROR(Pointer("SplitColumns", "in", in, size));
   if (size == 0) return absl::OkStatus();

@@ -149,13 +149,16 @@ class Device {
   absl::Status SegmentSum(int64_t n, int64_t dim, const float* grads, const int32_t* index,
                           int64_t num_unique, float* out);
   // One column block of a matrix: `data` is [rows, cols] with row stride `ld` (>= cols).
-  struct ColumnBlock {
-    float* data = nullptr;
+  template <typename T>
+  struct ColumnBlockOf {
+    T* data = nullptr;
     int64_t cols = 0;
     int64_t ld = 0;
   };
+  using ColumnBlock = ColumnBlockOf<float>;             // written (SplitColumns)
+  using ConstColumnBlock = ColumnBlockOf<const float>;  // read (ConcatColumns)
   // out[r] = concat(blocks[0][r], blocks[1][r], ...): out is [rows, sum of cols] (contiguous).
-  absl::Status ConcatColumns(int64_t rows, absl::Span<const ColumnBlock> blocks, float* out);
+  absl::Status ConcatColumns(int64_t rows, absl::Span<const ConstColumnBlock> blocks, float* out);
   // The reverse (ConcatColumns' gradient): blocks[j][r] = the matching columns of in[r].
   absl::Status SplitColumns(int64_t rows, const float* in, absl::Span<const ColumnBlock> blocks);
 
@@ -216,7 +219,7 @@ class Device {
                                      const float* dout, float* din) = 0;
   virtual absl::Status DoSegmentSum(int64_t n, int64_t dim, const float* grads,
                                     const int32_t* index, int64_t num_unique, float* out) = 0;
-  virtual absl::Status DoConcatColumns(int64_t rows, absl::Span<const ColumnBlock> blocks,
+  virtual absl::Status DoConcatColumns(int64_t rows, absl::Span<const ConstColumnBlock> blocks,
                                        float* out) = 0;
   virtual absl::Status DoSplitColumns(int64_t rows, const float* in,
                                       absl::Span<const ColumnBlock> blocks) = 0;

@@ -634,7 +634,7 @@ TEST_P(CpuDeviceTest, ConcatAndSplitColumns_RoundTrip) {
   const int64_t rows = 21;
   std::vector<float> a = RandomFloats(rows * 5, &rng_), b = RandomFloats(rows * 3, &rng_);
   // `a` is the first 4 columns of a [rows, 5] buffer (ld 5); `b` is [rows, 3].
-  const std::vector<Device::ColumnBlock> blocks = {{a.data(), 4, 5}, {b.data(), 3, 3}};
+  const std::vector<Device::ConstColumnBlock> blocks = {{a.data(), 4, 5}, {b.data(), 3, 3}};
   std::vector<float> out(rows * 7);
   ASSERT_TRUE(device_->ConcatColumns(rows, blocks, out.data()).ok());
   for (int64_t r = 0; r < rows; ++r) {
@@ -653,7 +653,7 @@ TEST_P(CpuDeviceTest, ConcatAndSplitColumns_RoundTrip) {
 
 TEST_P(CpuDeviceTest, ConcatColumns_LdTooSmall_InvalidArgument) {
   std::vector<float> a(10), out(10);
-  const std::vector<Device::ColumnBlock> blocks = {{a.data(), 4, 3}};
+  const std::vector<Device::ConstColumnBlock> blocks = {{a.data(), 4, 3}};
   absl::Status s = device_->ConcatColumns(2, blocks, out.data());
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("blocks[0].ld"));
