@@ -12,19 +12,13 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/test_util.h"
 #include "ps/variable_store.h"
 
 namespace pstrain {
 namespace {
 
 using ::testing::HasSubstr;
-
-std::string TempDir(const std::string& name) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  std::string dir = std::string(base != nullptr ? base : "/tmp") + "/" + name;
-  std::filesystem::remove_all(dir);
-  return dir;
-}
 
 VariableShardDef Def(const std::string& variable, int64_t rows, int64_t width, int64_t offset,
                      int64_t num_rows, int shard, int num_shards, bool adagrad) {
@@ -71,7 +65,7 @@ class ShardCheckpointTest : public ::testing::Test {
  protected:
   // One 10x3 Adagrad variable in 3 shards (4,3,3 rows), trained once, saved with tiny chunks.
   void SetUp() override {
-    dir_ = TempDir("ckpt");
+    dir_ = FreshTempDir("ckpt");
     std::filesystem::create_directories(dir_);
     const int64_t sizes[] = {4, 3, 3};
     int64_t offset = 0;
@@ -230,8 +224,7 @@ TEST_F(ShardCheckpointTest, RestoreShards_TruncatedFile_DataLoss) {
 TEST(ShardCheckpointEmptyTest, SaveShards_NoShards_RestorableEmptyDatabase) {
   VariableStore store;
   SaveShardsRequest save;
-  save.set_db_path(TempDir("empty") + "/ps-0");
-  std::filesystem::create_directories(TempDir("empty"));
+  save.set_db_path(FreshTempDir("empty") + "/ps-0");
   absl::StatusOr<SaveShardsResponse> saved = store.SaveShards(save);
   ASSERT_TRUE(saved.ok()) << saved.status();
   EXPECT_EQ(saved->shards_size(), 0);

@@ -10,20 +10,13 @@
 #include "coordinator/checkpoint_manager.h"
 #include "coordinator/cluster_coordinator.h"
 #include "gtest/gtest.h"
+#include "common/test_util.h"
 #include "tests/checkpoint_kill_util.h"
 #include "tests/in_process_cluster.h"
 #include "tests/subprocess.h"
 
 namespace pstrain {
 namespace {
-
-std::string TempDir(const std::string& name) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  std::string dir = std::string(base != nullptr ? base : "/tmp") + "/" + name;
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
 
 // A fresh cluster holding the table as it is after steps 1..`steps` (replayed), and one holding
 // it restored from `dir`'s latest checkpoint (in 4 shards on 1 ps instead of 3 on 2).
@@ -47,8 +40,8 @@ struct Replay {
 class CheckpointKillTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(CheckpointKillTest, KilledWhileSaving_LatestCompleteRestoresBitExact) {
-  const std::string dir = TempDir("kill_" + std::to_string(GetParam()));
-  const std::string out = TempDir("kill_out_" + std::to_string(GetParam()));
+  const std::string dir = FreshTempDir("kill_" + std::to_string(GetParam()));
+  const std::string out = FreshTempDir("kill_out_" + std::to_string(GetParam()));
   auto writer = Subprocess::Start("writer", {RunfilePath("tests/checkpoint_writer"), "--dir=" + dir},
                                   {}, out);
   ASSERT_TRUE(writer.ok()) << writer.status();

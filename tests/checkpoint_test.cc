@@ -15,6 +15,7 @@
 #include "coordinator/cluster_coordinator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/test_util.h"
 #include "tests/in_process_cluster.h"
 #include "worker/closure_registry.h"
 
@@ -24,13 +25,6 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
-
-std::string TempDir(const std::string& name) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  std::string dir = std::string(base != nullptr ? base : "/tmp") + "/" + name;
-  std::filesystem::remove_all(dir);
-  return dir;
-}
 
 std::vector<float> Floats(const std::string& bytes) {
   std::vector<float> v(bytes.size() / 4);
@@ -116,7 +110,7 @@ struct Job {
 // Saves a [4] variable holding 0..3 (or the 1..4) as `from` shards and restores it as `to`.
 std::vector<std::vector<float>> Reshard(int from_shards, int from_ps, int to_shards, int to_ps,
                                         std::vector<float> values) {
-  const std::string dir = TempDir("reshard");
+  const std::string dir = FreshTempDir("reshard");
   {
     Job a(from_ps, dir);
     ShardedVariable v = a.Create("v", {static_cast<int64_t>(values.size())}, from_shards);
@@ -163,7 +157,7 @@ TEST(CheckpointReshardTest, ThirteenRowsFiveShardsIntoThreeOnOnePs_Same) {
 
 // Values after one more identical gradient step prove that slots and Adam's step count came back.
 TEST(CheckpointSlotsTest, AdamAndAdagrad_RoundTripThenSameNextStep_BitExact) {
-  const std::string dir = TempDir("slots");
+  const std::string dir = FreshTempDir("slots");
   OptimizerDef adam;
   adam.set_kind(OptimizerDef::ADAM);
   adam.set_learning_rate(0.1);
@@ -199,7 +193,7 @@ TEST(CheckpointSlotsTest, AdamAndAdagrad_RoundTripThenSameNextStep_BitExact) {
 class CheckpointFaultTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CheckpointFaultTest, SaveStoppedAtPoint_PreviousCheckpointRestoredBitExact) {
-  const std::string dir = TempDir("fault");
+  const std::string dir = FreshTempDir("fault");
   std::string fail_at;
   CheckpointOptions options;
   options.fault_hook = [&fail_at](absl::string_view point) {
@@ -244,7 +238,7 @@ INSTANTIATE_TEST_SUITE_P(Points, CheckpointFaultTest,
                                            "before_manifest_rename"));
 
 TEST(CheckpointKeepTest, KeepTwo_OnlyNewestTwoRemain) {
-  const std::string dir = TempDir("keep");
+  const std::string dir = FreshTempDir("keep");
   CheckpointOptions options;
   options.keep = 2;
   Job a(2, dir, options);
@@ -260,7 +254,7 @@ TEST(CheckpointKeepTest, KeepTwo_OnlyNewestTwoRemain) {
 class CheckpointBadInputTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = TempDir("bad");
+    dir_ = FreshTempDir("bad");
     Job a(2, dir_);
     ShardedVariable v = a.Create("emb", {8, 2}, 2);
     a.Create("bias", {8}, 1);
@@ -345,7 +339,7 @@ TEST_F(CheckpointBadInputTest, WrongDirectory_NotFound) {
 // The sum job's closure adds [begin, end) into an int64 variable on the ps: a ps restarted between
 // steps loses what was added since the last checkpoint, and nothing else.
 TEST(PsRecoveryTest, PsRestartedMidJob_ShardsRestoredFromCheckpointAndJobCompletes) {
-  const std::string dir = TempDir("recovery");
+  const std::string dir = FreshTempDir("recovery");
   Job job(2, dir);
   VariableSpec spec;
   spec.name = kSumJobVariable;
@@ -389,7 +383,7 @@ TEST(PsRecoveryTest, PsRestartedMidJob_ShardsRestoredFromCheckpointAndJobComplet
 }
 
 TEST(PsRecoveryTest, PsRestartedWithoutCheckpoint_InitialValuesAndJobCompletes) {
-  const std::string dir = TempDir("recovery_none");
+  const std::string dir = FreshTempDir("recovery_none");
   Job job(1, dir);
   VariableSpec spec;
   spec.name = kSumJobVariable;

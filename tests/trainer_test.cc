@@ -13,6 +13,7 @@
 #include "coordinator/trainer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/test_util.h"
 #include "models/movielens_mf.h"
 #include "models/registry.h"
 #include "nlohmann/json.hpp"
@@ -23,14 +24,6 @@ namespace pstrain {
 namespace {
 
 using ::testing::HasSubstr;
-
-std::string TempDir(const std::string& name) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  std::string dir = std::string(base != nullptr ? base : "/tmp") + "/" + name;
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
 
 // 40 users x 30 items with a low-rank structure plus noise; about half the pairs rated.
 std::string WriteRatings(const std::string& dir) {
@@ -63,7 +56,7 @@ std::unique_ptr<Model> SmallModel(const std::string& csv, int epochs) {
 class TrainerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = TempDir("trainer");
+    dir_ = FreshTempDir("trainer");
     csv_ = WriteRatings(dir_);
     InProcessClusterOptions o;
     o.num_ps = 2;
@@ -151,7 +144,7 @@ TEST_F(TrainerTest, CheckpointOfAnotherModelShape_ClearErrorBeforeTraining) {
 
 // The coordinator binary (with its own in-process cluster) killed mid-job and started again.
 TEST(CoordinatorBinaryTest, KilledMidJob_RerunResumesAtLastCheckpointAndFinishes) {
-  const std::string dir = TempDir("binary");
+  const std::string dir = FreshTempDir("binary");
   const std::string csv = WriteRatings(dir);
   const std::string ckpt = dir + "/ckpt";
   const std::vector<std::string> argv = {

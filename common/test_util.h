@@ -1,0 +1,46 @@
+// Helpers for tests: a status matcher and a fresh temporary directory. Test-only.
+#ifndef PSTRAIN_COMMON_TEST_UTIL_H_
+#define PSTRAIN_COMMON_TEST_UTIL_H_
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "gmock/gmock.h"
+
+namespace pstrain {
+namespace testing_internal {
+inline const absl::Status& GetStatus(const absl::Status& s) { return s; }
+template <typename T>
+const absl::Status& GetStatus(const absl::StatusOr<T>& s) {
+  return s.status();
+}
+}  // namespace testing_internal
+
+// EXPECT_THAT(result, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("shape"))) for an
+// absl::Status or an absl::StatusOr<T>.
+MATCHER_P2(StatusIs, code, message_matcher, "") {
+  const absl::Status& status = ::pstrain::testing_internal::GetStatus(arg);
+  if (status.code() != code) {
+    *result_listener << "status is " << status;
+    return false;
+  }
+  return ::testing::ExplainMatchResult(message_matcher, std::string(status.message()),
+                                       result_listener);
+}
+
+// An empty directory `name` under the test's temporary folder ($TEST_TMPDIR, else /tmp); whatever
+// was there before is removed.
+inline std::string FreshTempDir(const std::string& name) {
+  const char* base = std::getenv("TEST_TMPDIR");
+  const std::string dir = std::string(base != nullptr ? base : "/tmp") + "/" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_COMMON_TEST_UTIL_H_
