@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "worker/device/cuda_device.h"
 
 namespace pstrain {
 namespace {
@@ -412,12 +413,17 @@ absl::Status Device::AllReduceSum(absl::Span<float* const> buffers, int64_t n) {
 absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceOptions& options) {
   switch (options.kind) {
     case DeviceOptions::Kind::kAuto:
+      // The GPU if this build has CUDA and the machine that GPU (cuda_device_stub.cc, the
+      // backend of a build without CUDA, counts none), else the CPU.
+      if (options.gpu_ordinal >= 0 &&
+          cuda_backend::CudaDeviceCount() > options.gpu_ordinal) {
+        return cuda_backend::CreateCudaDevice(options.gpu_ordinal);
+      }
+      return CreateCpuDevice(options.cpu);
     case DeviceOptions::Kind::kCpu:
       return CreateCpuDevice(options.cpu);
     case DeviceOptions::Kind::kCuda:
-      return absl::FailedPreconditionError(absl::StrCat(
-          "CreateDevice: cuda:", options.gpu_ordinal, " asked for, but this build has no CUDA "
-          "support"));
+      return cuda_backend::CreateCudaDevice(options.gpu_ordinal);
   }
   return absl::InvalidArgumentError("CreateDevice: unknown device kind");
 }

@@ -1,7 +1,7 @@
 // The worker's math layer: the dense and embedding ops that models call in their forward and
 // backward passes, behind one abstract `Device`. The CPU device (the reference, and what CI runs) is
-// made by CreateCpuDevice(); a CUDA device will sit behind the same interface, chosen at run time by
-// CreateDevice() when a GPU is present. Float32 only.
+// made by CreateCpuDevice(); the CUDA device (cuda_device.cc, in a build with CUDA) sits behind the
+// same interface, chosen at run time by CreateDevice() when a GPU is present. Float32 only.
 //
 // Memory. Every pointer an op takes is a *device pointer*: memory from Allocate(), or (on a device
 // whose host_memory() is true, such as the CPU) any host memory the caller owns. Move data in and out
@@ -12,7 +12,9 @@
 // (negative size, leading dimension too small, null pointer with a nonzero size, index or label out of
 // range) before writing anything. Ops may run asynchronously on an accelerator: their results are
 // ready for the host after Synchronize() (or the next CopyToHost(), which waits). On the CPU every op
-// has finished when it returns.
+// has finished when it returns. On a GPU the data-dependent checks (index and label ranges) run in
+// the kernels: such an error comes back from the next Synchronize(), CopyToHost() or Unique(), and
+// the rows with a bad index are written as zeros.
 //
 // Aliasing. Outputs must not overlap inputs unless the op's comment says so.
 #ifndef PSTRAIN_WORKER_DEVICE_DEVICE_H_
@@ -177,8 +179,9 @@ class Device {
   // ---- Replicas --------------------------------------------------------------------------------
 
   // Sums n floats across replicas: afterwards every buffers[i][j] holds the sum over i of the old
-  // buffers[i][j]. Buffers must not overlap. On the CPU a plain sum; on GPUs one buffer per device,
-  // summed with NCCL.
+  // buffers[i][j]. Buffers must not overlap, and all are this device's memory (on a GPU, this
+  // GPU's: kInvalidArgument otherwise). On the CPU a plain sum. Replicas on several GPUs are
+  // summed with NCCL by ReplicaGroup (replicas.h).
   absl::Status AllReduceSum(absl::Span<float* const> buffers, int64_t n);
 
  protected:
@@ -271,7 +274,8 @@ struct DeviceOptions {
 };
 
 // The device `options` ask for. Errors: kFailedPrecondition if kCuda is asked for and this build has
-// no CUDA support or the machine no such GPU; CreateCpuDevice's errors.
+// no CUDA support or the machine no such GPU (the message contains "no CUDA" when there is no GPU
+// at all); kInvalidArgument for a negative gpu_ordinal with kCuda; CreateCpuDevice's errors.
 absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceOptions& options = {});
 
 }  // namespace pstrain
