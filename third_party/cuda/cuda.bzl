@@ -61,3 +61,18 @@ def cuda_library(name, srcs, hdrs = [], deps = [], nvcc_flags = [], **kwargs):
         deps = deps + ["@local_cuda//:cuda"],
         **kwargs
     )
+
+def cuda_cc_binary(name, deps = [], **kwargs):
+    """A cc_binary that exists only in a build with CUDA (it links @local_cuda//:cuda).
+
+    For programs that call the CUDA runtime themselves, such as the standalone kernel check:
+    defining them only where CUDA is found keeps `bazel build //...` green without it, and
+    compiles them (so they cannot rot) wherever it is.
+    """
+    if not CUDA_ENABLED:
+        return
+    native.cc_binary(
+        name = name,
+        deps = deps + ["@local_cuda//:cuda"],
+        **kwargs
+    )

@@ -104,13 +104,13 @@ def _cuda_configure_impl(repository_ctx):
             missing.append("lib%s.so (in %s)" % (lib, ", ".join(lib_dirs)))
 
     if missing:
-        status = "CPU-only: no complete CUDA toolkit at %s (set CUDA_PATH); missing %s" % (
+        reason = "no complete CUDA toolkit at %s (set CUDA_PATH); missing %s" % (
             root,
             ", ".join(missing),
         )
         if required:
-            fail("--config=cuda (PSTRAIN_CUDA=1) asks for CUDA, but " + status)
-        _write_cpu_only(repository_ctx, status)
+            fail("--config=cuda (PSTRAIN_CUDA=1) asks for CUDA, but there is " + reason)
+        _write_cpu_only(repository_ctx, "CPU-only: " + reason)
         return
 
     result = repository_ctx.execute([nvcc, "--version"])

@@ -76,7 +76,7 @@ class BackendTest : public ::testing::TestWithParam<Backend> {
     std::string why;
     if (cuda_backend::CudaDeviceCount(&why) == 0) {
       GTEST_SKIP() << "CUDA kernel checks skipped: " << why
-                   << ". They need a GPU (the cpu variant of this test ran the same checks).";
+                   << ". They need a CUDA build and a GPU (the cpu variant of this test ran the same checks).";
     }
     DeviceOptions options;
     options.kind = DeviceOptions::Kind::kCuda;

@@ -328,7 +328,7 @@ class GpuReplicaGroupTest : public ::testing::Test {
     gpus_ = cuda_backend::CudaDeviceCount(&why);
     if (gpus_ == 0) {
       GTEST_SKIP() << "GPU replica checks skipped: " << why
-                   << ". They need a GPU (the CPU replica tests above always run).";
+                   << ". They need a CUDA build and a GPU (the CPU replica tests above always run).";
     }
   }
   int gpus_ = 0;
