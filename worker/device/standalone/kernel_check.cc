@@ -282,7 +282,7 @@ void CheckKernels(const Gpu& gpu, Results* results) {
     results->Report("unique_count", got == count, got == count ? 0 : INFINITY,
                     "\"count\": " + std::to_string(got) + ", \"expected\": " +
                         std::to_string(count));
-    results->Equal("unique_ids", dunique.Download(std::min(got, n)), unique);
+    results->Equal("unique_ids", dunique.Download(std::clamp<int64_t>(got, 0, n)), unique);
     results->Equal("unique_index", dindex.Download(), index);
   }
   {  // Gather, pool, segment sum.
@@ -327,7 +327,7 @@ void CheckKernels(const Gpu& gpu, Results* results) {
     std::vector<float> y = b, dot(rows), ga(n), gb(n);
     CUDA_OK(k::Axpy(n, 0.5f, da.get(), dy.get(), s));
     reference::Axpy(n, 0.5f, a.data(), y.data());
-    results->Equal("axpy", dy.Download(), y);
+    results->Near("axpy", dy.Download(), y, 1e-6);  // nvcc fuses the multiply-add
     CUDA_OK(k::RowDot(rows, dim, da.get(), db.get(), ddot.get(), s));
     reference::RowDot(rows, dim, a.data(), b.data(), dot.data());
     results->Near("row_dot", ddot.Download(), dot, 1e-5);
