@@ -10,7 +10,8 @@
 //
 // Scratch memory (Unique's and SegmentSum's sort buffers, the losses' partial sums) comes from the
 // stream-ordered allocator (cudaMallocAsync / cudaFreeAsync on the device's stream), whose pool
-// keeps freed memory for the next op rather than returning it to the driver.
+// keeps freed memory for the next op rather than returning it to the driver (plain cudaMalloc on a
+// GPU without memory pools).
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
 #include <nccl.h>
@@ -56,9 +57,11 @@ absl::Status NcclError(const std::string& where, ncclResult_t r) {
 
 class CudaDevice : public Device {
  public:
-  // Takes ownership of the stream, handle and error record.
-  CudaDevice(int ordinal, cudaStream_t stream, cublasHandle_t cublas, k::KernelError* error)
-      : ordinal_(ordinal), stream_(stream), cublas_(cublas), error_(error) {}
+  // Takes ownership of the stream, handle and error record. `pools`: the GPU supports the
+  // stream-ordered allocator (else scratch memory is plain cudaMalloc / cudaFree).
+  CudaDevice(int ordinal, cudaStream_t stream, cublasHandle_t cublas, k::KernelError* error,
+             bool pools)
+      : ordinal_(ordinal), stream_(stream), pools_(pools), cublas_(cublas), error_(error) {}
 
   ~CudaDevice() override {
     cudaSetDevice(ordinal_);
@@ -307,28 +310,36 @@ class CudaDevice : public Device {
  private:
   // Scratch device memory from the stream-ordered pool, freed (in stream order) when it goes out
   // of scope: after the op using it has been enqueued, so the GPU is done with it before reuse.
+  // Without pool support, cudaMalloc / cudaFree (which waits for the GPU).
   class Scratch {
    public:
     static absl::StatusOr<Scratch> Make(CudaDevice* device, size_t bytes) {
       void* p = nullptr;
-      const cudaError_t e = cudaMallocAsync(&p, std::max<size_t>(bytes, 1), device->stream_);
+      const size_t size = std::max<size_t>(bytes, 1);
+      const cudaError_t e = device->pools_ ? cudaMallocAsync(&p, size, device->stream_)
+                                           : cudaMalloc(&p, size);
       if (e != cudaSuccess) {
         cudaGetLastError();
         return CudaError(absl::StrCat(device->name(), ": scratch of ", bytes, " bytes"), e);
       }
-      return Scratch(device->stream_, p);
+      return Scratch(device->pools_ ? device->stream_ : nullptr, p);
     }
     Scratch(Scratch&& other) noexcept
         : stream_(other.stream_), data_(std::exchange(other.data_, nullptr)) {}
     Scratch& operator=(Scratch&&) = delete;
     ~Scratch() {
-      if (data_ != nullptr) cudaFreeAsync(data_, stream_);
+      if (data_ == nullptr) return;
+      if (stream_ != nullptr) {
+        cudaFreeAsync(data_, stream_);
+      } else {
+        cudaFree(data_);
+      }
     }
     void* data() const { return data_; }
 
    private:
     Scratch(cudaStream_t stream, void* data) : stream_(stream), data_(data) {}
-    cudaStream_t stream_;
+    cudaStream_t stream_;  // null: cudaMalloc'd
     void* data_;
   };
 
@@ -359,6 +370,7 @@ class CudaDevice : public Device {
 
   const int ordinal_;
   const cudaStream_t stream_;
+  const bool pools_;
   // cuBLAS calls on one handle must not overlap.
   absl::Mutex cublas_mu_;
   cublasHandle_t cublas_ ABSL_GUARDED_BY(cublas_mu_);
@@ -442,8 +454,10 @@ absl::StatusOr<std::unique_ptr<Device>> CreateCudaDevice(int ordinal) {
   const std::string where = absl::StrCat("CreateDevice(cuda:", ordinal, ")");
   RETURN_IF_ERROR(CudaError(where + ": cudaSetDevice", cudaSetDevice(ordinal)));
   // Keep freed scratch in the pool instead of handing it back to the driver at each sync.
+  int pools = 0;
+  cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, ordinal);
   cudaMemPool_t pool;
-  if (cudaDeviceGetDefaultMemPool(&pool, ordinal) == cudaSuccess) {
+  if (pools != 0 && cudaDeviceGetDefaultMemPool(&pool, ordinal) == cudaSuccess) {
     uint64_t threshold = UINT64_MAX;
     cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold);
   }
@@ -468,7 +482,8 @@ absl::StatusOr<std::unique_ptr<Device>> CreateCudaDevice(int ordinal) {
     cudaStreamDestroy(stream);
     return CublasError(where + ": cublasCreate", s);
   }
-  return std::unique_ptr<Device>(std::make_unique<CudaDevice>(ordinal, stream, cublas, error));
+  return std::unique_ptr<Device>(
+      std::make_unique<CudaDevice>(ordinal, stream, cublas, error, pools != 0));
 }
 
 absl::StatusOr<std::unique_ptr<CudaAllReducer>> CreateCudaAllReducer(
