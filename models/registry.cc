@@ -3,12 +3,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "models/fashion_mnist_mlp.h"
 #include "models/movielens_mf.h"
 
 namespace pstrain {
 
 absl::Status RegisterModelClosures(ClosureRegistry* registry) {
   RETURN_IF_ERROR(RegisterMatrixFactorization(registry));
+  RETURN_IF_ERROR(RegisterFashionMnistMlp(registry));
   return absl::OkStatus();
 }
 
@@ -19,11 +21,14 @@ absl::StatusOr<std::shared_ptr<const ClosureRegistry>> TrainingRegistry() {
   return std::shared_ptr<const ClosureRegistry>(std::move(registry));
 }
 
-std::vector<std::string> ModelNames() { return {kMatrixFactorizationModel}; }
+std::vector<std::string> ModelNames() {
+  return {kMatrixFactorizationModel, kFashionMnistMlpModel};
+}
 
 absl::StatusOr<std::unique_ptr<Model>> CreateModel(const std::string& name,
                                                    const ModelOptions& options) {
   if (name == kMatrixFactorizationModel) return CreateMatrixFactorization(options);
+  if (name == kFashionMnistMlpModel) return CreateFashionMnistMlp(options);
   return absl::InvalidArgumentError(absl::StrCat("unknown model \"", name, "\" (models: ",
                                                  absl::StrJoin(ModelNames(), ", "), ")"));
 }

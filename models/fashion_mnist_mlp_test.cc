@@ -1,0 +1,246 @@
+#include "models/fashion_mnist_mlp.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/trainer.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/in_process_cluster.h"
+
+namespace pstrain {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::Gt;
+using ::testing::HasSubstr;
+using ::testing::Key;
+using ::testing::Pair;
+using ::testing::Contains;
+
+MATCHER_P2(StatusIs, code, message_matcher, "") {
+  const absl::Status& status = arg.status();
+  if (status.code() != code) {
+    *result_listener << "status is " << status;
+    return false;
+  }
+  return ::testing::ExplainMatchResult(message_matcher, std::string(status.message()),
+                                       result_listener);
+}
+
+ModelOptions WithExtra(std::map<std::string, std::string> extra) {
+  ModelOptions options;
+  options.extra = std::move(extra);
+  return options;
+}
+
+TEST(FashionMnistMlpOptionsTest, Defaults_Ok) {
+  auto model = CreateFashionMnistMlp(ModelOptions{});
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->name(), "fashion_mnist_mlp");
+  EXPECT_EQ((*model)->examples_per_step(), 128);
+}
+
+TEST(FashionMnistMlpOptionsTest, UnknownOption_InvalidArgumentNamingIt) {
+  EXPECT_THAT(CreateFashionMnistMlp(WithExtra({{"hiden", "64"}})),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("fashion_mnist_mlp"), HasSubstr("hiden"))));
+}
+
+TEST(FashionMnistMlpOptionsTest, UnknownOptimizer_InvalidArgumentListingChoices) {
+  EXPECT_THAT(CreateFashionMnistMlp(WithExtra({{"optimizer", "rmsprop"}})),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("optimizer=rmsprop"), HasSubstr("adam, adagrad"))));
+}
+
+TEST(FashionMnistMlpOptionsTest, BadHidden_InvalidArgumentNamingThePart) {
+  EXPECT_THAT(CreateFashionMnistMlp(WithExtra({{"hidden", "256,x"}})),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("hidden=256,x"), HasSubstr("\"x\""))));
+  EXPECT_THAT(CreateFashionMnistMlp(WithExtra({{"hidden", "256,0"}})),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"0\"")));
+  EXPECT_THAT(CreateFashionMnistMlp(WithExtra({{"hidden", "256,,128"}})),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"\"")));
+}
+
+TEST(FashionMnistMlpOptionsTest, BadNumbers_InvalidArgument) {
+  EXPECT_THAT(CreateFashionMnistMlp(WithExtra({{"shards", "two"}})),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("shards=two")));
+  EXPECT_THAT(CreateFashionMnistMlp(WithExtra({{"shards", "-1"}})),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("shards=-1 must be >= 0")));
+  EXPECT_THAT(CreateFashionMnistMlp(WithExtra({{"train_eval_examples", "-5"}})),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("train_eval_examples=-5 must be >= 0")));
+  EXPECT_THAT(CreateFashionMnistMlp(WithExtra({{"average_epochs", "-0.5"}})),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("average_epochs=-0.5 must be >= 0")));
+  EXPECT_THAT(CreateFashionMnistMlp(WithExtra({{"average_epochs", "last"}})),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("average_epochs=last")));
+  EXPECT_THAT(CreateFashionMnistMlp(WithExtra({{"steps_per_worker", "-1"}})),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("steps_per_worker=-1 must be >= 0")));
+}
+
+TEST(FashionMnistMlpOptionsTest, KnownOptions_Ok) {
+  for (const char* optimizer : {"adam", "adagrad", "momentum", "sgd"}) {
+    EXPECT_TRUE(CreateFashionMnistMlp(WithExtra({{"optimizer", optimizer},
+                                                 {"hidden", "32"},
+                                                 {"shards", "3"},
+                                                 {"train_eval_examples", "0"},
+                                                 {"average_epochs", "0.5"},
+                                                 {"steps_per_worker", "0"}}))
+                    .ok())
+        << optimizer;
+  }
+}
+
+std::string TempDir() {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return dir != nullptr ? dir : "/tmp";
+}
+
+uint32_t BigEndian(uint32_t v) {
+  return (v >> 24) | ((v >> 8) & 0xff00) | ((v << 8) & 0xff0000) | (v << 24);
+}
+
+// Writes an uncompressed IDX file (the reader takes plain files under any name).
+void WriteIdx(const std::string& path, uint32_t magic, const std::vector<uint32_t>& dims,
+              const std::vector<uint8_t>& values) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  const uint32_t m = BigEndian(magic);
+  out.write(reinterpret_cast<const char*>(&m), 4);
+  for (uint32_t d : dims) {
+    const uint32_t be = BigEndian(d);
+    out.write(reinterpret_cast<const char*>(&be), 4);
+  }
+  out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size()));
+  ASSERT_TRUE(out.good()) << path;
+}
+
+// A separable toy set in the Fashion-MNIST file layout: 4x4 images of 3 classes, class c lighting
+// row c (plus noise everywhere).
+void WriteToySplit(const std::string& dir, const std::string& prefix, int count, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> pixels(count * 16), labels(count);
+  for (int i = 0; i < count; ++i) {
+    labels[i] = static_cast<uint8_t>(rng() % 3);
+    for (int p = 0; p < 16; ++p) {
+      const bool lit = p / 4 == labels[i];
+      pixels[i * 16 + p] = static_cast<uint8_t>((lit ? 140 : 0) + rng() % 110);
+    }
+  }
+  WriteIdx(absl::StrCat(dir, "/", prefix, "-images-idx3-ubyte.gz"), 0x803,
+           {static_cast<uint32_t>(count), 4, 4}, pixels);
+  WriteIdx(absl::StrCat(dir, "/", prefix, "-labels-idx1-ubyte.gz"), 0x801,
+           {static_cast<uint32_t>(count)}, labels);
+}
+
+std::shared_ptr<const ClosureRegistry> Registry() {
+  auto registry = std::make_shared<ClosureRegistry>();
+  EXPECT_TRUE(RegisterBuiltinClosures(registry.get()).ok());
+  EXPECT_TRUE(RegisterFashionMnistMlp(registry.get()).ok());
+  return registry;
+}
+
+// The whole model on a real in-process cluster (2 workers, 2 ps, weights split over both): it
+// learns the toy set and reports every metric.
+TEST(FashionMnistMlpTrainTest, ToyData_TwoWorkersTwoPs_LearnsAndReportsMetrics) {
+  const std::string dir = TempDir();
+  WriteToySplit(dir, "train", /*count=*/600, /*seed=*/1);
+  WriteToySplit(dir, "t10k", /*count=*/150, /*seed=*/2);
+  InProcessClusterOptions cluster_options;
+  cluster_options.num_workers = 2;
+  cluster_options.num_ps = 2;
+  cluster_options.registry = Registry();
+  auto cluster = InProcessCluster::Start(cluster_options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+
+  ModelOptions options;
+  options.data = dir;
+  options.epochs = 10;
+  options.batch_size = 20;
+  options.learning_rate = 0.01;
+  options.extra = {{"hidden", "8,6"}, {"train_eval_examples", "250"}};
+  auto model = CreateFashionMnistMlp(options);
+  ASSERT_TRUE(model.ok()) << model.status();
+  TrainerOptions trainer;
+  trainer.checkpoint_dir = "";
+  trainer.restore = "none";
+  std::ostringstream progress;
+  trainer.progress.out = &progress;
+  auto result = Train((*cluster)->spec(), model->get(), trainer);
+  ASSERT_TRUE(result.ok()) << result.status();
+
+  EXPECT_EQ(result->end_step, 10 * 30);
+  EXPECT_EQ(result->examples, 10 * 600);
+  EXPECT_GT(result->metrics.values["test_accuracy"], 0.9);
+  EXPECT_GT(result->metrics.values["train_accuracy"], 0.9);
+  EXPECT_THAT(result->metrics.values, Contains(Pair("test_loss", Gt(0))));
+  EXPECT_THAT(result->metrics.values, Contains(Key("train_loss")));
+  EXPECT_EQ(result->metrics.notes["layers"], "16-8-6-3");
+  EXPECT_EQ(result->metrics.notes["train_eval_examples"], "250");
+  // The default: the last 3 epochs' weights averaged, the final weights evaluated too.
+  EXPECT_EQ(result->metrics.notes["averaged_steps"], "90");
+  EXPECT_GT(result->metrics.values["last_test_accuracy"], 0.9);
+}
+
+// Without averaging only the trained weights are evaluated; 2 steps at once per worker, weights
+// in 3 shards over 2 ps tasks.
+TEST(FashionMnistMlpTrainTest, ToyData_NoAveraging_OnlyTrainedWeightsMetrics) {
+  const std::string dir = TempDir();
+  WriteToySplit(dir, "train", /*count=*/600, /*seed=*/3);
+  WriteToySplit(dir, "t10k", /*count=*/150, /*seed=*/4);
+  InProcessClusterOptions cluster_options;
+  cluster_options.num_workers = 1;
+  cluster_options.num_ps = 2;
+  cluster_options.registry = Registry();
+  auto cluster = InProcessCluster::Start(cluster_options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+
+  ModelOptions options;
+  options.data = dir;
+  options.epochs = 8;
+  options.batch_size = 20;
+  options.learning_rate = 0.01;
+  options.extra = {{"hidden", "8"},
+                   {"average_epochs", "0"},
+                   {"shards", "3"},
+                   {"steps_per_worker", "2"}};
+  auto model = CreateFashionMnistMlp(options);
+  ASSERT_TRUE(model.ok()) << model.status();
+  TrainerOptions trainer;
+  trainer.checkpoint_dir = "";
+  trainer.restore = "none";
+  std::ostringstream progress;
+  trainer.progress.out = &progress;
+  auto result = Train((*cluster)->spec(), model->get(), trainer);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_GT(result->metrics.values["test_accuracy"], 0.9);
+  EXPECT_EQ(result->metrics.values.count("last_test_accuracy"), 0u);
+  EXPECT_EQ(result->metrics.notes["averaged_steps"], "0");
+}
+
+TEST(FashionMnistMlpTrainTest, MissingData_SetupNotFoundNamingTheFile) {
+  InProcessClusterOptions cluster_options;
+  cluster_options.num_workers = 1;
+  cluster_options.registry = Registry();
+  auto cluster = InProcessCluster::Start(cluster_options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  ModelOptions options;
+  options.data = TempDir() + "/no_such_dir";
+  auto model = CreateFashionMnistMlp(options);
+  ASSERT_TRUE(model.ok()) << model.status();
+  TrainerOptions trainer;
+  trainer.checkpoint_dir = "";
+  trainer.restore = "none";
+  std::ostringstream progress;
+  trainer.progress.out = &progress;
+  EXPECT_THAT(Train((*cluster)->spec(), model->get(), trainer),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("no_such_dir/train-labels")));
+}
+
+}  // namespace
+}  // namespace pstrain
