@@ -247,6 +247,10 @@ class ClusterCoordinatorImpl final : public ClusterCoordinator {
   // Checks every ps after a closure hit a ps failure (see the class comment); runs on its own
   // thread, one check at a time.
   void PsMonitorLoop() {
+    // Checks close together (failures that go on) hold dispatch a little longer each time, so the
+    // workers' own connections, which reconnect with backoff (up to 1 s), catch up.
+    int checks_in_a_row = 0;
+    absl::Time last_check = absl::InfinitePast();
     while (true) {
       int64_t asked = 0;
       {
@@ -265,7 +269,14 @@ class ClusterCoordinatorImpl final : public ClusterCoordinator {
         absl::MutexLock exclusive(&exclusive_mu_);
         s = CheckAllPs(&recovered);
       }
+      if (absl::Now() - last_check > absl::Seconds(10)) checks_in_a_row = 0;
+      const absl::Duration hold =
+          std::min(options_.reconnect_backoff_initial * (int64_t{1} << std::min(checks_in_a_row, 16)),
+                   options_.reconnect_backoff_max);
+      ++checks_in_a_row;
       absl::MutexLock lock(&mu_);
+      if (s.ok()) mu_.AwaitWithTimeout(absl::Condition(&stopping_), hold);
+      last_check = absl::Now();
       ps_checks_done_ = asked;  // failures reported during the check ask for another one
       if (recovered) {
         for (auto& c : queue_) c->ps_retries = 0;

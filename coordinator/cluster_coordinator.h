@@ -36,9 +36,11 @@ struct CoordinatorOptions {
   int max_queued_closures = 1024;
   // Closures running on one worker at once. Default 16 (enough to hide round trips).
   int max_inflight_per_worker = 16;
-  // How often a closure that hit a ps failure is run again before its error is surfaced. Default 3
-  // (TF retries per ps likewise).
-  int ps_failure_retries = 3;
+  // How often a closure that hit a ps failure is run again before its error is surfaced. Default 5.
+  // Each failure holds dispatch while the coordinator checks the ps tasks, and failures close
+  // together hold it longer (reconnect_backoff_initial doubling, up to reconnect_backoff_max), so
+  // the retries span the workers' own reconnect backoff.
+  int ps_failure_retries = 5;
   // Reconnect backoff for a failed worker: first wait, and the cap. Defaults 100 ms and 5 s.
   absl::Duration reconnect_backoff_initial = absl::Milliseconds(100);
   absl::Duration reconnect_backoff_max = absl::Seconds(5);
