@@ -5,21 +5,12 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/test_util.h"
 
 namespace pstrain {
 namespace {
 
 using ::testing::HasSubstr;
-
-MATCHER_P2(StatusIs, code, message_matcher, "") {
-  const absl::Status& status = arg.status();
-  if (status.code() != code) {
-    *result_listener << "status is " << status;
-    return false;
-  }
-  return ::testing::ExplainMatchResult(message_matcher, std::string(status.message()),
-                                       result_listener);
-}
 
 std::vector<float> Uniform(int64_t n, float limit, uint32_t seed) {
   std::mt19937 rng(seed);

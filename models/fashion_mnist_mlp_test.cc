@@ -9,6 +9,7 @@
 #include "coordinator/trainer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/test_util.h"
 #include "tests/in_process_cluster.h"
 
 namespace pstrain {
@@ -20,16 +21,6 @@ using ::testing::HasSubstr;
 using ::testing::Key;
 using ::testing::Pair;
 using ::testing::Contains;
-
-MATCHER_P2(StatusIs, code, message_matcher, "") {
-  const absl::Status& status = arg.status();
-  if (status.code() != code) {
-    *result_listener << "status is " << status;
-    return false;
-  }
-  return ::testing::ExplainMatchResult(message_matcher, std::string(status.message()),
-                                       result_listener);
-}
 
 ModelOptions WithExtra(std::map<std::string, std::string> extra) {
   ModelOptions options;

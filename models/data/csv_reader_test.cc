@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/test_util.h"
 
 namespace pstrain {
 namespace data {
@@ -18,16 +19,6 @@ namespace {
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-MATCHER_P2(StatusIs, code, message_matcher, "") {
-  const absl::Status& status = arg.status();
-  if (status.code() != code) {
-    *result_listener << "status is " << status;
-    return false;
-  }
-  return ::testing::ExplainMatchResult(message_matcher, std::string(status.message()),
-                                       result_listener);
-}
 
 // Writes `contents` to a new file in the test's temporary folder; returns its path.
 std::string WriteFile(const std::string& name, const std::string& contents) {

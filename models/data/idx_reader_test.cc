@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/test_util.h"
 
 namespace pstrain {
 namespace data {
@@ -21,16 +22,6 @@ namespace {
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-MATCHER_P2(StatusIs, code, message_matcher, "") {
-  const absl::Status& status = arg.status();
-  if (status.code() != code) {
-    *result_listener << "status is " << status;
-    return false;
-  }
-  return ::testing::ExplainMatchResult(message_matcher, std::string(status.message()),
-                                       result_listener);
-}
 
 std::string TempPath(const std::string& name) {
   const char* dir = std::getenv("TEST_TMPDIR");
