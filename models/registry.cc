@@ -4,6 +4,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "models/fashion_mnist_mlp.h"
+#include "models/flights_ctr.h"
 #include "models/movielens_mf.h"
 
 namespace pstrain {
@@ -11,6 +12,7 @@ namespace pstrain {
 absl::Status RegisterModelClosures(ClosureRegistry* registry) {
   RETURN_IF_ERROR(RegisterMatrixFactorization(registry));
   RETURN_IF_ERROR(RegisterFashionMnistMlp(registry));
+  RETURN_IF_ERROR(RegisterFlightsCtr(registry));
   return absl::OkStatus();
 }
 
@@ -22,13 +24,14 @@ absl::StatusOr<std::shared_ptr<const ClosureRegistry>> TrainingRegistry() {
 }
 
 std::vector<std::string> ModelNames() {
-  return {kMatrixFactorizationModel, kFashionMnistMlpModel};
+  return {kMatrixFactorizationModel, kFashionMnistMlpModel, kFlightsCtrModel};
 }
 
 absl::StatusOr<std::unique_ptr<Model>> CreateModel(const std::string& name,
                                                    const ModelOptions& options) {
   if (name == kMatrixFactorizationModel) return CreateMatrixFactorization(options);
   if (name == kFashionMnistMlpModel) return CreateFashionMnistMlp(options);
+  if (name == kFlightsCtrModel) return CreateFlightsCtr(options);
   return absl::InvalidArgumentError(absl::StrCat("unknown model \"", name, "\" (models: ",
                                                  absl::StrJoin(ModelNames(), ", "), ")"));
 }

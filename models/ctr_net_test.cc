@@ -1,0 +1,156 @@
+#include "models/ctr_net.h"
+
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "common/test_util.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace pstrain {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A tiny batch with repeated rows, and random parameters.
+class CtrNetGradientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    device_ = *CreateCpuDevice();
+    shape_.features = 3;
+    shape_.dim = 2;
+    shape_.hidden = 4;
+    std::mt19937 rng(7);
+    std::normal_distribution<float> normal(0, 0.7f);
+    auto fill = [&](std::vector<float>& v, int64_t size) {
+      v.resize(size);
+      for (float& x : v) x = normal(rng);
+    };
+    fill(emb_, num_unique_ * shape_.dim);
+    fill(lr_, num_unique_);
+    fill(w1_, shape_.w1_size());
+    fill(b1_, shape_.hidden);
+    fill(w2_, shape_.hidden);
+    fill(b2_, 1);
+    fill(lr_bias_, 1);
+    // Example 0 uses row 1 twice; row 5 is used by no example (zero gradient).
+    index_ = {1, 1, 0, 2, 3, 4, 0, 2, 1, 4, 3, 0, 2, 2, 2};
+    labels_ = {1, 0, 0, 1, 1};
+  }
+
+  CtrBatch Batch() const {
+    return {n_, num_unique_, index_.data(), emb_.data(), lr_.data(), labels_.data()};
+  }
+  CtrDenseParams Params() const {
+    return {w1_.data(), b1_.data(), w2_.data(), b2_.data(), lr_bias_.data()};
+  }
+
+  // The summed losses (model, baseline) at the current parameters, in double from the logits.
+  std::pair<double, double> Losses() {
+    CtrNet net(device_.get(), shape_);
+    EXPECT_TRUE(net.Forward(Batch(), Params()).ok());
+    auto sum = [&](const std::vector<float>& logits) {
+      double s = 0;
+      for (int64_t i = 0; i < n_; ++i) {
+        const double x = logits[i], y = labels_[i];
+        s += std::max(x, 0.0) - x * y + std::log1p(std::exp(-std::abs(x)));
+      }
+      return s;
+    };
+    return {sum(net.logits()), sum(net.lr_logits())};
+  }
+
+  // Central differences of the summed model (or baseline) loss, divided by `divisor`, in every
+  // element of `param` against `grad`.
+  void Check(std::vector<float>& param, const std::vector<float>& grad, bool baseline,
+             double divisor, const char* name) {
+    ASSERT_EQ(param.size(), grad.size()) << name;
+    const float eps = 1e-3f;
+    for (size_t i = 0; i < param.size(); ++i) {
+      const float old = param[i];
+      param[i] = old + eps;
+      const auto plus = Losses();
+      param[i] = old - eps;
+      const auto minus = Losses();
+      param[i] = old;
+      const double numeric = (baseline ? (plus.second - minus.second) / (2 * eps)
+                                       : (plus.first - minus.first) / (2 * eps)) /
+                             divisor;
+      EXPECT_NEAR(grad[i], numeric, 2e-3 + 1e-2 * std::abs(numeric)) << name << "[" << i << "]";
+    }
+  }
+
+  std::unique_ptr<Device> device_;
+  CtrNetShape shape_;
+  const int64_t n_ = 5;
+  const int64_t num_unique_ = 6;
+  std::vector<float> emb_, lr_, w1_, b1_, w2_, b2_, lr_bias_, labels_;
+  std::vector<int32_t> index_;
+};
+
+TEST_F(CtrNetGradientTest, Backward_MatchesCentralDifferences) {
+  CtrNet net(device_.get(), shape_);
+  ASSERT_TRUE(net.Forward(Batch(), Params()).ok());
+  CtrGrads g;
+  float loss = 0, lr_loss = 0;
+  ASSERT_TRUE(net.Backward(Batch(), Params(), &g, &loss, &lr_loss).ok());
+  const auto [sum_loss, sum_lr_loss] = Losses();
+  EXPECT_NEAR(loss, sum_loss / n_, 1e-5);  // the reported losses are means
+  EXPECT_NEAR(lr_loss, sum_lr_loss / n_, 1e-5);
+
+  // Tables: gradients of the summed loss; dense weights: of the mean loss.
+  Check(emb_, g.emb, /*baseline=*/false, /*divisor=*/1, "emb");
+  Check(w1_, g.w1, /*baseline=*/false, /*divisor=*/n_, "w1");
+  Check(b1_, g.b1, /*baseline=*/false, /*divisor=*/n_, "b1");
+  Check(w2_, g.w2, /*baseline=*/false, /*divisor=*/n_, "w2");
+  Check(b2_, g.b2, /*baseline=*/false, /*divisor=*/n_, "b2");
+  Check(lr_, g.lr, /*baseline=*/true, /*divisor=*/1, "lr");
+  Check(lr_bias_, g.lr_bias, /*baseline=*/true, /*divisor=*/n_, "lr_bias");
+  // An unused row gets nothing.
+  EXPECT_EQ(g.emb[5 * shape_.dim], 0.0f);
+  EXPECT_EQ(g.lr[5], 0.0f);
+}
+
+TEST_F(CtrNetGradientTest, Forward_BaselineLogitIsBiasPlusRowSum) {
+  CtrNet net(device_.get(), shape_);
+  ASSERT_TRUE(net.Forward(Batch(), Params()).ok());
+  for (int64_t i = 0; i < n_; ++i) {
+    float expect = lr_bias_[0];
+    for (int64_t f = 0; f < shape_.features; ++f) expect += lr_[index_[i * shape_.features + f]];
+    EXPECT_NEAR(net.lr_logits()[i], expect, 1e-5) << i;
+  }
+}
+
+TEST_F(CtrNetGradientTest, IndexOutOfRange_InvalidArgument) {
+  index_[4] = 6;
+  CtrNet net(device_.get(), shape_);
+  EXPECT_THAT(net.Forward(Batch(), Params()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("index")));
+}
+
+TEST_F(CtrNetGradientTest, BackwardWithoutForward_InvalidArgument) {
+  CtrNet net(device_.get(), shape_);
+  CtrGrads g;
+  float loss, lr_loss;
+  EXPECT_THAT(net.Backward(Batch(), Params(), &g, &loss, &lr_loss),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("after a Forward")));
+}
+
+TEST_F(CtrNetGradientTest, EmptyBatch_ZeroGradients) {
+  CtrNet net(device_.get(), shape_);
+  CtrBatch b = Batch();
+  b.n = 0;
+  ASSERT_TRUE(net.Forward(b, Params()).ok());
+  CtrGrads g;
+  float loss = 1, lr_loss = 1;
+  ASSERT_TRUE(net.Backward(b, Params(), &g, &loss, &lr_loss).ok());
+  EXPECT_EQ(loss, 0.0f);
+  EXPECT_EQ(g.w1.size(), static_cast<size_t>(shape_.w1_size()));
+  for (float x : g.w1) EXPECT_EQ(x, 0.0f);
+}
+
+}  // namespace
+}  // namespace pstrain

@@ -1,0 +1,461 @@
+#include "models/flights_ctr.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "models/batches.h"
+#include "models/binary_metrics.h"
+#include "ps/sharded_variable.h"
+#include "worker/device/device.h"
+
+namespace pstrain {
+namespace {
+
+constexpr char kTrain[] = "flights_ctr/train";
+constexpr char kEval[] = "flights_ctr/eval";
+constexpr char kData[] = "flights_ctr/data";
+
+// Test examples per evaluation closure.
+constexpr int64_t kEvalChunk = 16384;
+
+// What a worker needs to train and evaluate: the flights and the settings. Read-only after
+// creation (EpochBatches locks itself), so closures share it.
+class FlightsResource : public Dataset {
+ public:
+  FlightsResource(FlightsData data, int64_t batch_size, uint64_t seed, std::vector<int> features,
+                  int64_t hash_rows, CtrNetShape shape)
+      : data_(std::move(data)),
+        batches_(static_cast<int64_t>(data_.train.size()), batch_size, seed),
+        features_(std::move(features)),
+        hash_rows_(hash_rows),
+        shape_(shape),
+        dense_ids_(std::max(shape.input(), shape.hidden)) {
+    std::iota(dense_ids_.begin(), dense_ids_.end(), int64_t{0});
+  }
+
+  // The training batches of the first epoch in order: hashed rows [n, features] and labels [n].
+  absl::StatusOr<bool> Next(std::vector<Tensor>* element) override {
+    int64_t step;
+    {
+      absl::MutexLock lock(&mu_);
+      if (next_step_ >= batches_.steps_per_epoch()) return false;
+      step = next_step_++;
+    }
+    const std::vector<int64_t> rows = batches_.Batch(step);
+    const int64_t nf = static_cast<int64_t>(features_.size());
+    std::vector<int64_t> ids(rows.size() * nf);
+    HashFlights(data_.train, rows, features_, hash_rows_, ids.data());
+    std::vector<float> labels;
+    for (int64_t r : rows) labels.push_back(data_.train[r].label);
+    const int64_t n = static_cast<int64_t>(rows.size());
+    *element = {Tensor::FromVector(ids, Shape{n, nf}), Tensor::FromVector(labels)};
+    return true;
+  }
+  bool shared() const override { return true; }
+
+  const FlightsData& data() const { return data_; }
+  EpochBatches& batches() { return batches_; }
+  const std::vector<int>& features() const { return features_; }
+  int64_t hash_rows() const { return hash_rows_; }
+  const CtrNetShape& shape() const { return shape_; }
+  // 0, 1, 2, ...: the row ids of a whole dense variable.
+  absl::Span<const int64_t> DenseIds(int64_t rows) const {
+    return absl::MakeConstSpan(dense_ids_.data(), static_cast<size_t>(rows));
+  }
+
+ private:
+  const FlightsData data_;
+  EpochBatches batches_;
+  const std::vector<int> features_;
+  const int64_t hash_rows_;
+  const CtrNetShape shape_;
+  std::vector<int64_t> dense_ids_;
+  absl::Mutex mu_;
+  int64_t next_step_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// The model's variables, found by name on the ps tasks.
+struct CtrVars {
+  ShardedVariable emb, lr, w1, b1, w2, b2, lr_bias;
+};
+
+absl::StatusOr<CtrVars> FindVars(PsConnection* ps) {
+  ASSIGN_OR_RETURN(ShardedVariable emb, ps->Variable(kCtrEmbedding));
+  ASSIGN_OR_RETURN(ShardedVariable lr, ps->Variable(kCtrLrWeights));
+  ASSIGN_OR_RETURN(ShardedVariable w1, ps->Variable(kCtrW1));
+  ASSIGN_OR_RETURN(ShardedVariable b1, ps->Variable(kCtrB1));
+  ASSIGN_OR_RETURN(ShardedVariable w2, ps->Variable(kCtrW2));
+  ASSIGN_OR_RETURN(ShardedVariable b2, ps->Variable(kCtrB2));
+  ASSIGN_OR_RETURN(ShardedVariable lr_bias, ps->Variable(kCtrLrBias));
+  return CtrVars{emb, lr, w1, b1, w2, b2, lr_bias};
+}
+
+// The dense weights as pulled for one step.
+struct DenseWeights {
+  std::vector<float> w1, b1, w2, b2, lr_bias;
+  CtrDenseParams params() const {
+    return {w1.data(), b1.data(), w2.data(), b2.data(), lr_bias.data()};
+  }
+};
+
+// One batch's inputs: its flights' hashed rows deduplicated, and what the ps tasks hold for them.
+struct Pulled {
+  std::vector<int64_t> ids;     // [n, features]
+  std::vector<int64_t> unique;  // the first num_unique entries are the distinct ids
+  std::vector<int32_t> index;   // [n, features] into unique
+  int64_t num_unique = 0;
+  std::vector<float> emb, lr, labels;
+  DenseWeights dense;
+  CtrBatch batch() const {
+    return {static_cast<int64_t>(labels.size()), num_unique, index.data(), emb.data(), lr.data(),
+            labels.data()};
+  }
+};
+
+Device* CpuDevice() {
+  static Device* const device = CreateCpuDevice()->release();  // stateless, shared by closures
+  return device;
+}
+
+// Hashes and dedupes flights[rows], then pulls their rows and every dense weight: one lookup
+// request per ps.
+absl::Status Pull(const CtrVars& v, const FlightsResource& res, const std::vector<Flight>& flights,
+                  absl::Span<const int64_t> rows, Pulled* p) {
+  const int64_t n = static_cast<int64_t>(rows.size());
+  const CtrNetShape& shape = res.shape();
+  const int64_t f = shape.features;
+  p->ids.resize(n * f);
+  HashFlights(flights, rows, res.features(), res.hash_rows(), p->ids.data());
+  p->labels.resize(n);
+  for (int64_t i = 0; i < n; ++i) p->labels[i] = flights[rows[i]].label;
+  p->unique.resize(n * f);
+  p->index.resize(n * f);
+  ASSIGN_OR_RETURN(p->num_unique,
+                   CpuDevice()->Unique(n * f, p->ids.data(), p->unique.data(), p->index.data()));
+  const auto unique = absl::MakeConstSpan(p->unique.data(), static_cast<size_t>(p->num_unique));
+  p->emb.resize(p->num_unique * shape.dim);
+  p->lr.resize(p->num_unique);
+  DenseWeights& d = p->dense;
+  d.w1.resize(shape.w1_size());
+  d.b1.resize(shape.hidden);
+  d.w2.resize(shape.hidden);
+  d.b2.resize(1);
+  d.lr_bias.resize(1);
+  auto out = [](std::vector<float>& x) { return reinterpret_cast<char*>(x.data()); };
+  LookupBatch lookup;
+  RETURN_IF_ERROR(lookup.Add(v.emb, unique, out(p->emb)));
+  RETURN_IF_ERROR(lookup.Add(v.lr, unique, out(p->lr)));
+  RETURN_IF_ERROR(lookup.Add(v.w1, res.DenseIds(shape.input()), out(d.w1)));
+  RETURN_IF_ERROR(lookup.Add(v.b1, res.DenseIds(1), out(d.b1)));
+  RETURN_IF_ERROR(lookup.Add(v.w2, res.DenseIds(shape.hidden), out(d.w2)));
+  RETURN_IF_ERROR(lookup.Add(v.b2, res.DenseIds(1), out(d.b2)));
+  RETURN_IF_ERROR(lookup.Add(v.lr_bias, res.DenseIds(1), out(d.lr_bias)));
+  return lookup.Run();
+}
+
+FlightsResource* ResourceOf(ClosureContext& ctx) {
+  return ctx.datasets.size() == 1 ? dynamic_cast<FlightsResource*>(ctx.datasets[0]) : nullptr;
+}
+
+// Args: the step. Returns {mean loss, examples, the baseline's mean loss}.
+absl::StatusOr<std::vector<Tensor>> TrainStep(ClosureContext& ctx, absl::Span<const Tensor> args) {
+  ASSIGN_OR_RETURN(int64_t step, IntArg(args, 0, kTrain));
+  FlightsResource* res = ResourceOf(ctx);
+  if (res == nullptr) return absl::InvalidArgumentError(absl::StrCat(kTrain, " needs ", kData));
+  if (step < 0) return absl::InvalidArgumentError(absl::StrCat(kTrain, ": step ", step, " < 0"));
+  ASSIGN_OR_RETURN(CtrVars v, FindVars(ctx.ps));
+  const std::vector<int64_t> rows = res->batches().Batch(step);
+  Pulled p;
+  RETURN_IF_ERROR(Pull(v, *res, res->data().train, rows, &p));
+  CtrNet net(CpuDevice(), res->shape());
+  const CtrBatch batch = p.batch();
+  const CtrDenseParams params = p.dense.params();
+  RETURN_IF_ERROR(net.Forward(batch, params));
+  CtrGrads g;
+  float loss = 0, lr_loss = 0;
+  RETURN_IF_ERROR(net.Backward(batch, params, &g, &loss, &lr_loss));
+
+  auto bytes = [](const std::vector<float>& x) {
+    return absl::string_view(reinterpret_cast<const char*>(x.data()), x.size() * sizeof(float));
+  };
+  const auto unique = absl::MakeConstSpan(p.unique.data(), static_cast<size_t>(p.num_unique));
+  UpdateBatch update;
+  RETURN_IF_ERROR(update.AddSparse(v.emb, UpdateOp::APPLY_GRADIENT, unique, bytes(g.emb).data()));
+  RETURN_IF_ERROR(update.AddSparse(v.lr, UpdateOp::APPLY_GRADIENT, unique, bytes(g.lr).data()));
+  RETURN_IF_ERROR(update.AddDense(v.w1, UpdateOp::APPLY_GRADIENT, bytes(g.w1)));
+  RETURN_IF_ERROR(update.AddDense(v.b1, UpdateOp::APPLY_GRADIENT, bytes(g.b1)));
+  RETURN_IF_ERROR(update.AddDense(v.w2, UpdateOp::APPLY_GRADIENT, bytes(g.w2)));
+  RETURN_IF_ERROR(update.AddDense(v.b2, UpdateOp::APPLY_GRADIENT, bytes(g.b2)));
+  RETURN_IF_ERROR(update.AddDense(v.lr_bias, UpdateOp::APPLY_GRADIENT, bytes(g.lr_bias)));
+  RETURN_IF_ERROR(update.Run());
+  return std::vector<Tensor>{Tensor::Scalar<float>(loss),
+                             Tensor::Scalar<int64_t>(static_cast<int64_t>(rows.size())),
+                             Tensor::Scalar<float>(lr_loss)};
+}
+
+// Args: test rows [begin, end). Returns {the model's logits, the baseline's logits}, one per row.
+absl::StatusOr<std::vector<Tensor>> EvalChunk(ClosureContext& ctx, absl::Span<const Tensor> args) {
+  ASSIGN_OR_RETURN(int64_t begin, IntArg(args, 0, kEval));
+  ASSIGN_OR_RETURN(int64_t end, IntArg(args, 1, kEval));
+  FlightsResource* res = ResourceOf(ctx);
+  if (res == nullptr) return absl::InvalidArgumentError(absl::StrCat(kEval, " needs ", kData));
+  const std::vector<Flight>& test = res->data().test;
+  if (begin < 0 || end < begin || end > static_cast<int64_t>(test.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(kEval, ": rows [", begin, ", ", end,
+                                                   ") outside the ", test.size(), " test flights"));
+  }
+  ASSIGN_OR_RETURN(CtrVars v, FindVars(ctx.ps));
+  std::vector<int64_t> rows(end - begin);
+  std::iota(rows.begin(), rows.end(), begin);
+  Pulled p;
+  RETURN_IF_ERROR(Pull(v, *res, test, rows, &p));
+  CtrNet net(CpuDevice(), res->shape());
+  RETURN_IF_ERROR(net.Forward(p.batch(), p.dense.params()));
+  return std::vector<Tensor>{Tensor::FromVector(net.logits()), Tensor::FromVector(net.lr_logits())};
+}
+
+class FlightsCtr final : public Model {
+ public:
+  explicit FlightsCtr(FlightsCtrConfig config) : config_(std::move(config)) {}
+
+  std::string name() const override { return kFlightsCtrModel; }
+
+  absl::Status Setup(ClusterCoordinator* coordinator) override {
+    ASSIGN_OR_RETURN(data_, LoadFlights(config_.flights));
+    const int64_t train = static_cast<int64_t>(data_.train.size());
+    steps_per_epoch_ = (train + config_.batch_size - 1) / config_.batch_size;
+    total_steps_ = steps_per_epoch_ * config_.epochs;
+    if (config_.max_steps > 0) total_steps_ = std::min(total_steps_, config_.max_steps);
+    for (const VariableSpec& spec : FlightsCtrVariables(config_, coordinator->ps()->num_ps(),
+                                                        data_.train_positive_rate)) {
+      ASSIGN_OR_RETURN(ShardedVariable v, coordinator->variables()->Create(spec));
+      if (spec.name == kCtrEmbedding) embedding_shards_ = static_cast<int>(v.shards().size());
+    }
+    const FlightsOptions& f = config_.flights;
+    ASSIGN_OR_RETURN(
+        dataset_,
+        coordinator->CreatePerWorkerDataset(
+            kData, {Tensor::String(f.path), Tensor::Scalar<int64_t>(f.test_from_month),
+                    Tensor::Scalar<int64_t>(f.delay_threshold), Tensor::Scalar<int64_t>(f.max_rows),
+                    Tensor::Scalar<int64_t>(static_cast<int64_t>(config_.seed)),
+                    Tensor::Scalar<int64_t>(config_.batch_size),
+                    Tensor::Scalar<int64_t>(config_.hash_rows),
+                    Tensor::Scalar<int64_t>(config_.shape.dim),
+                    Tensor::Scalar<int64_t>(config_.shape.hidden),
+                    Tensor::String(FlightFeatureNames(config_.features))}));
+    return absl::OkStatus();
+  }
+
+  int64_t total_steps() const override { return total_steps_; }
+  int64_t examples_per_step() const override { return config_.batch_size; }
+
+  absl::StatusOr<RemoteValue> ScheduleStep(ClusterCoordinator* coordinator, int64_t step) override {
+    return coordinator->Schedule(kTrain, {Tensor::Scalar<int64_t>(step)}, {dataset_});
+  }
+
+  absl::StatusOr<ModelMetrics> Evaluate(ClusterCoordinator* coordinator) override {
+    const int64_t n = static_cast<int64_t>(data_.test.size());
+    std::vector<RemoteValue> values;
+    for (int64_t b = 0; b < n; b += kEvalChunk) {
+      const int64_t end = std::min(n, b + kEvalChunk);
+      ASSIGN_OR_RETURN(RemoteValue v, coordinator->Schedule(kEval,
+                                                            {Tensor::Scalar<int64_t>(b),
+                                                             Tensor::Scalar<int64_t>(end)},
+                                                            {dataset_}));
+      values.push_back(std::move(v));
+    }
+    std::vector<float> logits, lr_logits, labels;
+    logits.reserve(n);
+    lr_logits.reserve(n);
+    for (const RemoteValue& v : values) {
+      ASSIGN_OR_RETURN(std::vector<Tensor> out, v.Fetch());
+      if (out.size() != 2 || !out[0].Is<float>() || !out[1].Is<float>()) {
+        return absl::InternalError(absl::StrCat(kEval, " did not return two float tensors"));
+      }
+      const std::vector<float> a = out[0].ToVector<float>(), b = out[1].ToVector<float>();
+      logits.insert(logits.end(), a.begin(), a.end());
+      lr_logits.insert(lr_logits.end(), b.begin(), b.end());
+    }
+    if (static_cast<int64_t>(logits.size()) != n || static_cast<int64_t>(lr_logits.size()) != n) {
+      return absl::InternalError(
+          absl::StrCat(kEval, ": ", logits.size(), " predictions for ", n, " test flights"));
+    }
+    labels.reserve(n);
+    for (const Flight& f : data_.test) labels.push_back(f.label);
+    ModelMetrics m;
+    m.values["test_auc"] = BinaryAuc(logits, labels);
+    m.values["test_logloss"] = BinaryLogLoss(logits, labels);
+    m.values["baseline_lr_test_auc"] = BinaryAuc(lr_logits, labels);
+    m.values["baseline_lr_test_logloss"] = BinaryLogLoss(lr_logits, labels);
+    // What always predicting the training positive rate would score.
+    const double p = data_.train_positive_rate;
+    std::vector<float> prior(n, static_cast<float>(std::log(p / (1 - p))));
+    m.values["prior_test_logloss"] = BinaryLogLoss(prior, labels);
+    m.notes["train_flights"] = absl::StrCat(data_.train.size());
+    m.notes["test_flights"] = absl::StrCat(data_.test.size());
+    m.notes["train_positive_rate"] = absl::StrCat(data_.train_positive_rate);
+    m.notes["test_positive_rate"] = absl::StrCat(data_.test_positive_rate);
+    m.notes["airports"] = absl::StrCat(data_.airports);
+    m.notes["features"] = FlightFeatureNames(config_.features);
+    m.notes["embedding"] = absl::StrCat(config_.hash_rows, "x", config_.shape.dim, " in ",
+                                        embedding_shards_, " shards");
+    m.notes["baseline"] = "logistic regression on the same hashed rows, trained in the same steps";
+    return m;
+  }
+
+ private:
+  const FlightsCtrConfig config_;
+  FlightsData data_;
+  int64_t steps_per_epoch_ = 0;
+  int64_t total_steps_ = 0;
+  int embedding_shards_ = 0;
+  PerWorkerDataset dataset_;
+};
+
+}  // namespace
+
+absl::StatusOr<FlightsCtrConfig> FlightsCtrConfigFromOptions(const ModelOptions& options) {
+  FlightsCtrConfig c;
+  ExtraOptions extra(kFlightsCtrModel, options.extra);
+  ASSIGN_OR_RETURN(c.features, ParseFlightFeatures(extra.GetString("features", "all")));
+  c.shape.features = static_cast<int64_t>(c.features.size());
+  c.flights.path = options.data.empty() ? "data/flights/flights.csv" : options.data;
+  ASSIGN_OR_RETURN(c.hash_rows, extra.GetInt("hash_rows", c.hash_rows));
+  ASSIGN_OR_RETURN(c.shape.hidden, extra.GetInt("hidden", c.shape.hidden));
+  ASSIGN_OR_RETURN(c.partitioner,
+                   ParsePartitionerKind(extra.GetString("partitioner", "min_size")));
+  ASSIGN_OR_RETURN(c.min_shard_bytes, extra.GetInt("min_shard_bytes", c.min_shard_bytes));
+  ASSIGN_OR_RETURN(c.max_shard_bytes, extra.GetInt("max_shard_bytes", c.max_shard_bytes));
+  ASSIGN_OR_RETURN(int64_t max_shards, extra.GetInt("max_shards", 0));
+  ASSIGN_OR_RETURN(c.init_stddev, extra.GetDouble("init_stddev", c.init_stddev));
+  ASSIGN_OR_RETURN(c.dense_learning_rate,
+                   extra.GetDouble("dense_learning_rate", c.dense_learning_rate));
+  ASSIGN_OR_RETURN(int64_t test_from_month, extra.GetInt("test_from_month", 6));
+  ASSIGN_OR_RETURN(int64_t delay_threshold, extra.GetInt("delay_threshold", 15));
+  RETURN_IF_ERROR(extra.Finish());
+  if (options.epochs > 0) c.epochs = options.epochs;
+  if (options.batch_size > 0) c.batch_size = options.batch_size;
+  if (options.learning_rate > 0) c.learning_rate = options.learning_rate;
+  if (options.embedding_dim > 0) c.shape.dim = options.embedding_dim;
+  c.max_steps = options.max_steps;
+  c.seed = options.seed;
+  auto bad = [](const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat(kFlightsCtrModel, ": ", what));
+  };
+  if (c.hash_rows < 1 || c.hash_rows > (int64_t{1} << 40)) {
+    return bad("hash_rows must be in [1, 2^40]");
+  }
+  if (c.shape.hidden < 1) return bad("hidden must be >= 1");
+  if (c.partitioner != PartitionerKind::kMinSize && c.partitioner != PartitionerKind::kMaxSize) {
+    return bad("partitioner must be min_size or max_size");
+  }
+  if (c.min_shard_bytes < 1 || c.max_shard_bytes < 1) {
+    return bad("min_shard_bytes and max_shard_bytes must be >= 1");
+  }
+  if (max_shards < 0 || max_shards > 1 << 20) return bad("max_shards must be in [0, 2^20]");
+  c.max_shards = static_cast<int>(max_shards);
+  if (!(c.init_stddev >= 0)) return bad("init_stddev must be >= 0");
+  if (!(c.dense_learning_rate > 0)) return bad("dense_learning_rate must be > 0");
+  if (test_from_month < 2 || test_from_month > 12) return bad("test_from_month must be in [2, 12]");
+  c.flights.test_from_month = static_cast<int>(test_from_month);
+  if (delay_threshold < -100000 || delay_threshold > 100000) {
+    return bad("delay_threshold must be within +-100000 minutes");
+  }
+  c.flights.delay_threshold = static_cast<int>(delay_threshold);
+  return c;
+}
+
+std::vector<VariableSpec> FlightsCtrVariables(const FlightsCtrConfig& c, int num_ps,
+                                              double train_positive_rate) {
+  OptimizerDef adagrad;
+  adagrad.set_kind(OptimizerDef::ADAGRAD);
+  adagrad.set_learning_rate(c.learning_rate);
+  OptimizerDef dense_adagrad = adagrad;
+  dense_adagrad.set_learning_rate(c.dense_learning_rate);
+  PartitionerOptions partitioner;
+  partitioner.kind = c.partitioner;
+  partitioner.min_shard_bytes = c.min_shard_bytes;
+  partitioner.max_shard_bytes = c.max_shard_bytes;
+  if (c.partitioner == PartitionerKind::kMinSize) {
+    partitioner.max_shards = c.max_shards > 0 ? c.max_shards : std::max(num_ps, 1);
+  } else {
+    partitioner.max_shards = c.max_shards;  // 0: no limit
+  }
+  auto normal = [&](double stddev, uint64_t salt) {
+    InitializerDef init;
+    init.set_kind(InitializerDef::TRUNCATED_NORMAL);
+    init.set_stddev(stddev);
+    init.set_seed(c.seed * 1000 + salt);
+    return init;
+  };
+  InitializerDef prior;
+  const double p = std::clamp(train_positive_rate, 1e-6, 1 - 1e-6);
+  prior.set_kind(InitializerDef::CONSTANT);
+  prior.set_value(std::log(p / (1 - p)));
+  auto spec = [&](const char* name, Shape shape, InitializerDef init, bool hashed) {
+    VariableSpec s;
+    s.name = name;
+    s.shape = std::move(shape);
+    s.initializer = std::move(init);
+    s.optimizer = hashed ? adagrad : dense_adagrad;
+    if (hashed) s.partitioner = partitioner;
+    return s;
+  };
+  const CtrNetShape& shape = c.shape;
+  return {
+      spec(kCtrEmbedding, {c.hash_rows, shape.dim}, normal(c.init_stddev, 1), true),
+      spec(kCtrLrWeights, {c.hash_rows, 1}, InitializerDef(), true),
+      spec(kCtrW1, {shape.input(), shape.hidden},
+           normal(std::sqrt(2.0 / static_cast<double>(shape.input())), 2), false),
+      spec(kCtrB1, {1, shape.hidden}, InitializerDef(), false),
+      spec(kCtrW2, {shape.hidden, 1}, normal(1.0 / std::sqrt(static_cast<double>(shape.hidden)), 3),
+           false),
+      spec(kCtrB2, {1, 1}, prior, false),
+      spec(kCtrLrBias, {1, 1}, prior, false),
+  };
+}
+
+absl::Status RegisterFlightsCtr(ClosureRegistry* registry) {
+  RETURN_IF_ERROR(registry->RegisterClosure(kTrain, TrainStep));
+  RETURN_IF_ERROR(registry->RegisterClosure(kEval, EvalChunk));
+  return registry->RegisterDataset(
+      kData,
+      [](int /*worker_index*/, int /*num_workers*/,
+         absl::Span<const Tensor> args) -> absl::StatusOr<std::unique_ptr<Dataset>> {
+        FlightsOptions options;
+        ASSIGN_OR_RETURN(options.path, StringArg(args, 0, kData));
+        ASSIGN_OR_RETURN(int64_t test_from_month, IntArg(args, 1, kData));
+        ASSIGN_OR_RETURN(int64_t delay_threshold, IntArg(args, 2, kData));
+        ASSIGN_OR_RETURN(options.max_rows, IntArg(args, 3, kData));
+        ASSIGN_OR_RETURN(int64_t seed, IntArg(args, 4, kData));
+        ASSIGN_OR_RETURN(int64_t batch_size, IntArg(args, 5, kData));
+        ASSIGN_OR_RETURN(int64_t hash_rows, IntArg(args, 6, kData));
+        CtrNetShape shape;
+        ASSIGN_OR_RETURN(shape.dim, IntArg(args, 7, kData));
+        ASSIGN_OR_RETURN(shape.hidden, IntArg(args, 8, kData));
+        ASSIGN_OR_RETURN(std::string feature_names, StringArg(args, 9, kData));
+        ASSIGN_OR_RETURN(std::vector<int> features, ParseFlightFeatures(feature_names));
+        shape.features = static_cast<int64_t>(features.size());
+        if (batch_size < 1 || hash_rows < 1 || shape.dim < 1 || shape.hidden < 1) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              kData, ": batch_size, hash_rows, dim and hidden must be >= 1"));
+        }
+        options.test_from_month = static_cast<int>(test_from_month);
+        options.delay_threshold = static_cast<int>(delay_threshold);
+        ASSIGN_OR_RETURN(FlightsData data, LoadFlights(options));
+        return std::unique_ptr<Dataset>(new FlightsResource(
+            std::move(data), batch_size, static_cast<uint64_t>(seed), std::move(features),
+            hash_rows, shape));
+      });
+}
+
+absl::StatusOr<std::unique_ptr<Model>> CreateFlightsCtr(const ModelOptions& options) {
+  ASSIGN_OR_RETURN(FlightsCtrConfig config, FlightsCtrConfigFromOptions(options));
+  return std::unique_ptr<Model>(new FlightsCtr(std::move(config)));
+}
+
+}  // namespace pstrain

@@ -1,0 +1,105 @@
+// Flight delays as a click-through problem: will a flight arrive more than 15 minutes late? Hashed
+// categorical features and their crosses (models/flights_data.h: origin, destination, route, hour,
+// weekday, day of year, distance bucket, origin x hour, ...) index ONE large embedding table
+// "ctr/embedding" [hash_rows, dim], split over the ps tasks by a MinSize or MaxSize partitioner and
+// trained by a server-side Adagrad. An example's feature rows are concatenated into a small MLP
+// (features * dim -> hidden -> 1, ReLU; models/ctr_net.h), whose dense weights are ps variables
+// too.
+//
+// Test flights are all in June, so their day_of_year values never occur in training: the feature
+// maps them to an "unknown day" row, which 1 in 16 training flights also use, so the model has
+// learned what an unknown day means (models/flights_data.h, unknown_day_fraction).
+//
+// The baseline is logistic regression on the same hashed rows: a 1-wide table "ctr/lr_weights"
+// [hash_rows, 1] plus "ctr/lr_bias", trained IN THE SAME CLOSURE on the same batch (its rows are
+// the same ids, so it rides in the same requests at the cost of 4 bytes per row).
+//
+// One training step is one closure: hash the batch's features, dedupe the rows (Device::Unique),
+// pull the embedding and LR rows and all the dense weights in ONE lookup request per ps, run the
+// forward and backward passes, and push every gradient in ONE update request per ps.
+//
+// ModelOptions: data (default data/flights/flights.csv), epochs (default 1), batch_size (default
+// 256), learning_rate (Adagrad's, for the two hashed tables; default 0.05), embedding_dim (default
+// 16), seed (default 1: the shuffles and initializers). Extra options:
+//   hash_rows        rows of the two hashed tables (default 4194304 = 2^22)
+//   hidden           the MLP's hidden units (default 64)
+//   dense_learning_rate  Adagrad's rate for the dense weights, which get mean-loss gradients
+//                    (see CtrGrads; default 0.2)
+//   features         which hashed features, by name, separated by '+' or ',' (default all; see
+//                    FlightFeature)
+//   partitioner      min_size (default) or max_size, for the two hashed tables
+//   min_shard_bytes  min_size: the smallest shard (default 1 MiB)
+//   max_shard_bytes  max_size: the largest shard (default 64 MiB)
+//   max_shards       the most shards per table (default 0: the number of ps tasks for min_size,
+//                    no limit for max_size)
+//   init_stddev      the embedding rows' truncated-normal stddev (default 0.01)
+//   test_from_month  flights of this month on test (default 6: train Jan-May, test June)
+//   delay_threshold  minutes late that make a positive (default 15)
+//
+// Metrics: test_auc, test_logloss, baseline_lr_test_auc, baseline_lr_test_logloss (exact AUC over
+// every test flight), and prior_test_logloss (always predicting the training positive rate);
+// notes: train/test flights, positive rates, features, table shards.
+#ifndef PSTRAIN_MODELS_FLIGHTS_CTR_H_
+#define PSTRAIN_MODELS_FLIGHTS_CTR_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "coordinator/variable_creator.h"
+#include "models/ctr_net.h"
+#include "models/flights_data.h"
+#include "models/model.h"
+#include "worker/closure_registry.h"
+
+namespace pstrain {
+
+inline constexpr char kFlightsCtrModel[] = "flights_ctr";
+
+// Variable names.
+inline constexpr char kCtrEmbedding[] = "ctr/embedding";
+inline constexpr char kCtrLrWeights[] = "ctr/lr_weights";
+inline constexpr char kCtrW1[] = "ctr/w1";
+inline constexpr char kCtrB1[] = "ctr/b1";
+inline constexpr char kCtrW2[] = "ctr/w2";
+inline constexpr char kCtrB2[] = "ctr/b2";
+inline constexpr char kCtrLrBias[] = "ctr/lr_bias";
+
+// A run's settings, resolved from ModelOptions (defaults as the file comment lists).
+struct FlightsCtrConfig {
+  FlightsOptions flights;
+  int epochs = 1;
+  int64_t max_steps = 0;  // 0: no limit
+  int64_t batch_size = 256;
+  double learning_rate = 0.05;
+  double dense_learning_rate = 0.2;
+  std::vector<int> features;  // FlightFeature values; default all of them
+  CtrNetShape shape;          // shape.features = features.size()
+  int64_t hash_rows = int64_t{1} << 22;
+  PartitionerKind partitioner = PartitionerKind::kMinSize;
+  int64_t min_shard_bytes = int64_t{1} << 20;
+  int64_t max_shard_bytes = int64_t{64} << 20;
+  int max_shards = 0;
+  double init_stddev = 0.01;
+  uint64_t seed = 1;
+};
+
+// Errors: kInvalidArgument naming a bad or unknown option.
+absl::StatusOr<FlightsCtrConfig> FlightsCtrConfigFromOptions(const ModelOptions& options);
+
+// The model's variables as the coordinator creates them (with `num_ps` ps tasks), in creation
+// order: the two hashed tables, then the dense weights. `train_positive_rate` sets the biases'
+// initial value (its logit). A single-process trainer can build the same tables from these.
+std::vector<VariableSpec> FlightsCtrVariables(const FlightsCtrConfig& config, int num_ps,
+                                              double train_positive_rate);
+
+// The worker side: closures "flights_ctr/train" and "flights_ctr/eval", dataset "flights_ctr/data".
+absl::Status RegisterFlightsCtr(ClosureRegistry* registry);
+
+// The coordinator side. Errors: as FlightsCtrConfigFromOptions.
+absl::StatusOr<std::unique_ptr<Model>> CreateFlightsCtr(const ModelOptions& options);
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_MODELS_FLIGHTS_CTR_H_
