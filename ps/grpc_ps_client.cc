@@ -23,7 +23,7 @@ class GrpcPsClient final : public PsClient {
                          Done done) override {
     Call([=](grpc::ClientContext* c, std::function<void(grpc::Status)> cb) {
       stub_->async()->CreateShards(c, request, response, std::move(cb));
-    }, std::move(done));
+    }, std::move(done), /*wait_for_ready=*/true);
   }
   void ListShardsAsync(const ListShardsRequest* request, ListShardsResponse* response,
                        Done done) override {
@@ -55,24 +55,28 @@ class GrpcPsClient final : public PsClient {
   void SaveShardsAsync(const SaveShardsRequest* request, SaveShardsResponse* response, Done done) override {
     Call([=](grpc::ClientContext* c, std::function<void(grpc::Status)> cb) {
       stub_->async()->SaveShards(c, request, response, std::move(cb));
-    }, std::move(done));
+    }, std::move(done), /*wait_for_ready=*/true);
   }
   void RestoreShardsAsync(const RestoreShardsRequest* request, RestoreShardsResponse* response, Done done) override {
     Call([=](grpc::ClientContext* c, std::function<void(grpc::Status)> cb) {
       stub_->async()->RestoreShards(c, request, response, std::move(cb));
-    }, std::move(done));
+    }, std::move(done), /*wait_for_ready=*/true);
   }
   void CommitRestoreAsync(const CommitRestoreRequest* request, CommitRestoreResponse* response, Done done) override {
     Call([=](grpc::ClientContext* c, std::function<void(grpc::Status)> cb) {
       stub_->async()->CommitRestore(c, request, response, std::move(cb));
-    }, std::move(done));
+    }, std::move(done), /*wait_for_ready=*/true);
   }
 
  private:
   // Issues one callback-API call through `start`; the context lives until the callback has run.
+  // Creating shards and checkpoint calls wait for the connection, up to the deadline: a ps still
+  // starting, or a handshake lost on a busy machine, is waited for rather than failed. Data-path
+  // calls, ListShards and Health fail fast, so a down ps is noticed at once (and recovered).
   template <typename Start>
-  void Call(Start start, Done done) {
+  void Call(Start start, Done done, bool wait_for_ready = false) {
     auto* context = new grpc::ClientContext();
+    context->set_wait_for_ready(wait_for_ready);
     context->set_deadline(absl::ToChronoTime(absl::Now() + options_.timeout));
     start(context, [this, context, done = std::move(done)](grpc::Status status) {
       delete context;
