@@ -1,10 +1,12 @@
-// Helpers for tests: a status matcher and a fresh temporary directory. Test-only.
+// Helpers for tests: a status matcher, a fresh temporary directory, float bytes. Test-only.
 #ifndef PSTRAIN_COMMON_TEST_UTIL_H_
 #define PSTRAIN_COMMON_TEST_UTIL_H_
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -39,6 +41,16 @@ inline std::string FreshTempDir(const std::string& name) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
+}
+
+// Raw little-endian float32 bytes (a variable's rows as the ps sends them) and back.
+inline std::vector<float> Floats(const std::string& bytes) {
+  std::vector<float> v(bytes.size() / sizeof(float));
+  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
+  return v;
+}
+inline std::string Bytes(const std::vector<float>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
 }
 
 }  // namespace pstrain
