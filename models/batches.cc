@@ -82,6 +82,20 @@ absl::Status ExtraOptions::Finish() const {
       absl::StrCat(model_, " has no option ", absl::StrJoin(keys, ", ")));
 }
 
+absl::StatusOr<std::vector<RemoteValue>> ScheduleChunks(
+    ClusterCoordinator* coordinator, const std::string& closure, int64_t n, int64_t chunk,
+    const std::function<std::vector<Tensor>(int64_t begin, int64_t end)>& args,
+    PerWorkerDataset dataset) {
+  std::vector<RemoteValue> values;
+  for (int64_t begin = 0; begin < n; begin += chunk) {
+    absl::StatusOr<RemoteValue> v =
+        coordinator->Schedule(closure, args(begin, std::min(n, begin + chunk)), {dataset});
+    if (!v.ok()) return v.status();
+    values.push_back(*std::move(v));
+  }
+  return values;
+}
+
 absl::StatusOr<int64_t> IntArg(absl::Span<const Tensor> args, size_t i, const char* closure) {
   if (i >= args.size() || !args[i].Is<int64_t>() || args[i].num_elements() != 1) {
     return absl::InvalidArgumentError(

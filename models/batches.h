@@ -5,6 +5,7 @@
 #define PSTRAIN_MODELS_BATCHES_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -15,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "common/tensor.h"
+#include "coordinator/cluster_coordinator.h"
 
 namespace pstrain {
 
@@ -57,6 +59,14 @@ class ExtraOptions {
   std::string model_;
   std::map<std::string, std::string> extra_;
 };
+
+// Schedules `closure` once per chunk [begin, end) of [0, n) (chunks of `chunk` examples), with the
+// arguments `args(begin, end)` and the per-worker `dataset`; returns the values in chunk order.
+// All are scheduled before any is fetched, so every worker takes a share. Errors: Schedule's.
+absl::StatusOr<std::vector<RemoteValue>> ScheduleChunks(
+    ClusterCoordinator* coordinator, const std::string& closure, int64_t n, int64_t chunk,
+    const std::function<std::vector<Tensor>(int64_t begin, int64_t end)>& args,
+    PerWorkerDataset dataset);
 
 // Closure-argument helpers: errors name the closure and the argument's position.
 absl::StatusOr<int64_t> IntArg(absl::Span<const Tensor> args, size_t i, const char* closure);

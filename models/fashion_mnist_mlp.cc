@@ -457,19 +457,18 @@ class FashionMnistMlp final : public Model {
     std::vector<Run> runs = {{"test", num_test_, 0, averaged_steps_, {}},
                              {"train", train_eval_examples_, 1, averaged_steps_, {}}};
     if (averaged_steps_ > 0) runs.push_back({"last_test", num_test_, 0, 0, {}});
-    // Schedule every chunk before fetching any, so that every worker takes a share.
+    // Schedule every chunk of every run before fetching any, so that every worker takes a share.
     for (Run& run : runs) {
-      for (int64_t b = 0; b < run.examples; b += kEvalChunk) {
-        ASSIGN_OR_RETURN(
-            RemoteValue v,
-            coordinator->Schedule(
-                kEval,
-                {Tensor::Scalar<int64_t>(run.split), Tensor::Scalar<int64_t>(b),
-                 Tensor::Scalar<int64_t>(std::min(run.examples, b + kEvalChunk)),
-                 Tensor::Scalar<int64_t>(run.averaged_steps)},
-                {dataset_}));
-        run.values.push_back(v);
-      }
+      ASSIGN_OR_RETURN(run.values,
+                       ScheduleChunks(coordinator, kEval, run.examples, kEvalChunk,
+                                      [&run](int64_t begin, int64_t end) {
+                                        return std::vector<Tensor>{
+                                            Tensor::Scalar<int64_t>(run.split),
+                                            Tensor::Scalar<int64_t>(begin),
+                                            Tensor::Scalar<int64_t>(end),
+                                            Tensor::Scalar<int64_t>(run.averaged_steps)};
+                                      },
+                                      dataset_));
     }
     for (const Run& run : runs) {
       if (run.examples == 0) continue;

@@ -259,15 +259,13 @@ class FlightsCtr final : public Model {
 
   absl::StatusOr<ModelMetrics> Evaluate(ClusterCoordinator* coordinator) override {
     const int64_t n = static_cast<int64_t>(data_.test.size());
-    std::vector<RemoteValue> values;
-    for (int64_t b = 0; b < n; b += kEvalChunk) {
-      const int64_t end = std::min(n, b + kEvalChunk);
-      ASSIGN_OR_RETURN(RemoteValue v, coordinator->Schedule(kEval,
-                                                            {Tensor::Scalar<int64_t>(b),
-                                                             Tensor::Scalar<int64_t>(end)},
-                                                            {dataset_}));
-      values.push_back(std::move(v));
-    }
+    ASSIGN_OR_RETURN(std::vector<RemoteValue> values,
+                     ScheduleChunks(coordinator, kEval, n, kEvalChunk,
+                                    [](int64_t begin, int64_t end) {
+                                      return std::vector<Tensor>{Tensor::Scalar<int64_t>(begin),
+                                                                 Tensor::Scalar<int64_t>(end)};
+                                    },
+                                    dataset_));
     std::vector<float> logits, lr_logits, labels;
     logits.reserve(n);
     lr_logits.reserve(n);

@@ -41,11 +41,6 @@ class RatingsResource : public Dataset {
       ++user_count_[data_.train.user[k]];
       ++item_count_[data_.train.item[k]];
     }
-    lo_ = hi_ = data_.train.rating[0];
-    for (float r : data_.train.rating) {
-      lo_ = std::min<double>(lo_, r);
-      hi_ = std::max<double>(hi_, r);
-    }
   }
 
   // The training examples in epoch order, one batch per element: users, items, ratings.
@@ -70,7 +65,9 @@ class RatingsResource : public Dataset {
   double bias_l2() const { return bias_l2_; }
   double reg_power() const { return reg_power_; }
   int64_t dim() const { return dim_; }
-  double Clip(double p) const { return std::clamp(p, lo_, hi_); }
+  double Clip(double p) const {
+    return std::clamp<double>(p, data_.min_rating, data_.max_rating);
+  }
   // Training ratings of each user and item.
   int64_t user_count(int64_t u) const { return user_count_[u]; }
   int64_t item_count(int64_t i) const { return item_count_[i]; }
@@ -82,7 +79,6 @@ class RatingsResource : public Dataset {
   const double bias_l2_;
   const double reg_power_;
   const int64_t dim_;
-  double lo_, hi_;
   std::vector<int64_t> user_count_, item_count_;
   absl::Mutex mu_;
   int64_t next_step_ ABSL_GUARDED_BY(mu_) = 0;
@@ -298,16 +294,14 @@ class MatrixFactorization final : public Model {
     ModelMetrics m;
     for (int split = 0; split < 2; ++split) {
       const int64_t n = static_cast<int64_t>(split == 0 ? data_.test.size() : data_.train.size());
-      const int64_t chunk = 4096;
-      std::vector<RemoteValue> values;
-      for (int64_t b = 0; b < n; b += chunk) {
-        ASSIGN_OR_RETURN(RemoteValue v,
-                         coordinator->Schedule(kEval, {Tensor::Scalar<int64_t>(split),
-                                                       Tensor::Scalar<int64_t>(b),
-                                                       Tensor::Scalar<int64_t>(std::min(n, b + chunk))},
-                                               {dataset_}));
-        values.push_back(v);
-      }
+      ASSIGN_OR_RETURN(std::vector<RemoteValue> values,
+                       ScheduleChunks(coordinator, kEval, n, /*chunk=*/4096,
+                                      [split](int64_t begin, int64_t end) {
+                                        return std::vector<Tensor>{Tensor::Scalar<int64_t>(split),
+                                                                   Tensor::Scalar<int64_t>(begin),
+                                                                   Tensor::Scalar<int64_t>(end)};
+                                      },
+                                      dataset_));
       double sse = 0;
       int64_t count = 0;
       for (const RemoteValue& v : values) {
@@ -319,10 +313,9 @@ class MatrixFactorization final : public Model {
           count > 0 ? std::sqrt(sse / static_cast<double>(count)) : 0;
     }
     const BiasBaseline baseline = FitBiasBaseline(data_);
-    double lo = data_.train.rating[0], hi = lo;
-    for (float r : data_.train.rating) lo = std::min<double>(lo, r), hi = std::max<double>(hi, r);
-    m.values["baseline_test_rmse"] = Rmse(
-        data_.test, [&](int32_t u, int32_t i) { return baseline.Predict(u, i); }, lo, hi);
+    m.values["baseline_test_rmse"] =
+        Rmse(data_.test, [&](int32_t u, int32_t i) { return baseline.Predict(u, i); },
+             data_.min_rating, data_.max_rating);
     m.notes["users"] = absl::StrCat(data_.num_users);
     m.notes["items"] = absl::StrCat(data_.num_items);
     m.notes["train_ratings"] = absl::StrCat(data_.train.size());

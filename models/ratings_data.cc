@@ -55,6 +55,9 @@ absl::StatusOr<RatingsData> LoadRatings(const RatingsOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat(options.path, ": no training ratings"));
   }
   out.train_mean = sum / static_cast<double>(out.train.size());
+  const auto [lo, hi] = std::minmax_element(out.train.rating.begin(), out.train.rating.end());
+  out.min_rating = *lo;
+  out.max_rating = *hi;
   for (int64_t r = 0; r < rows; ++r) {
     if (!is_test[r]) continue;
     if (!user_seen[users[r]] || !item_seen[items[r]]) {

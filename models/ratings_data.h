@@ -39,6 +39,8 @@ struct RatingsData {
   int64_t num_items = 0;
   int64_t test_excluded = 0; // held-out rows dropped: their user or item is not in train
   double train_mean = 0;     // mean training rating
+  float min_rating = 0;      // the training ratings' range (predictions are clipped to it)
+  float max_rating = 0;
 };
 
 // Errors: kNotFound (no file), kInvalidArgument (a missing column, a bad value, no rows, a
