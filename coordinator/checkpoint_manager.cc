@@ -198,21 +198,22 @@ absl::StatusOr<RestoredCheckpoint> CheckpointManager::Restore(const std::string&
 
 absl::StatusOr<std::optional<RestoredCheckpoint>> CheckpointManager::RestoreLatest(
     const RestoreOptions& options) {
-  absl::StatusOr<CheckpointEntry> latest = LatestCheckpoint(options_.dir);
-  if (latest.status().code() == absl::StatusCode::kNotFound) return std::nullopt;
-  RETURN_IF_ERROR(latest.status());
-  ASSIGN_OR_RETURN(RestoredCheckpoint r, RestoreShards(latest->path, options, std::nullopt));
-  return r;
+  return RestoreLatestShards(options, std::nullopt);
 }
 
 absl::StatusOr<std::optional<RestoredCheckpoint>> CheckpointManager::RestorePs(int ps) {
   if (ps < 0 || ps >= static_cast<int>(ps_.size())) {
     return absl::InvalidArgumentError(absl::StrCat("no ps task ", ps));
   }
+  return RestoreLatestShards(RestoreOptions{}, ps);
+}
+
+absl::StatusOr<std::optional<RestoredCheckpoint>> CheckpointManager::RestoreLatestShards(
+    const RestoreOptions& options, std::optional<int> only_ps) {
   absl::StatusOr<CheckpointEntry> latest = LatestCheckpoint(options_.dir);
   if (latest.status().code() == absl::StatusCode::kNotFound) return std::nullopt;
   RETURN_IF_ERROR(latest.status());
-  ASSIGN_OR_RETURN(RestoredCheckpoint r, RestoreShards(latest->path, RestoreOptions{}, ps));
+  ASSIGN_OR_RETURN(RestoredCheckpoint r, RestoreShards(latest->path, options, only_ps));
   return r;
 }
 

@@ -97,6 +97,9 @@ class CheckpointManager {
       : options_(options), ps_(std::move(ps)), variables_(variables) {}
 
   absl::Status Fault(absl::string_view point) const;
+  // RestoreShards from the latest complete checkpoint; nullopt if there is none.
+  absl::StatusOr<std::optional<RestoredCheckpoint>> RestoreLatestShards(
+      const RestoreOptions& options, std::optional<int> only_ps);
   // Restores shards of every ps, or of `only_ps`.
   absl::StatusOr<RestoredCheckpoint> RestoreShards(const std::string& path,
                                                    const RestoreOptions& options,
