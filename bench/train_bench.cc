@@ -213,9 +213,13 @@ class LocalCtrTrainer {
     const CtrBatch batch{n, u, index.data(), emb.data(), lr.data(), labels.data()};
     CtrNet net(device_.get(), shape);
     if (absl::Status s = net.Forward(batch, params); !s.ok()) return s;
-    CtrGrads g;
+    const CtrGradLayout layout(shape, u);
+    std::vector<float> flat(layout.size);
     float loss = 0, lr_loss = 0;
-    if (absl::Status s = net.Backward(batch, params, &g, &loss, &lr_loss); !s.ok()) return s;
+    if (absl::Status s = net.Backward(batch, params, flat.data(), &loss, &lr_loss); !s.ok()) {
+      return s;
+    }
+    const CtrGrads g = CtrGrads::Split(flat.data(), layout);
 
     // The push: the same server-side Adagrad, applied here.
     for (int64_t k = 0; k < u; ++k) {

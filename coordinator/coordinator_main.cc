@@ -31,6 +31,7 @@
 #include "worker/closure_registry.h"
 #include "coordinator/task_health.h"
 #include "coordinator/trainer.h"
+#include "models/devices.h"
 #include "models/registry.h"
 #include "tests/in_process_cluster.h"
 
@@ -53,6 +54,12 @@ ABSL_FLAG(int64_t, batch_size, 0, "train: examples per step (0: the model's defa
 ABSL_FLAG(double, learning_rate, 0, "train: the server-side optimizer's rate (0: the default).");
 ABSL_FLAG(int64_t, embedding_dim, 0, "train: embedding width (0: the model's default).");
 ABSL_FLAG(int64_t, seed, 1, "train: seeds the split, the shuffles and the initializers.");
+ABSL_FLAG(std::string, device, "auto",
+          "train: where the workers compute: auto (a GPU per replica when the worker has GPUs and a "
+          "CUDA build, else the CPU), cpu, cuda.");
+ABSL_FLAG(int, replicas, 0,
+          "train: replicas per worker, each on a slice of the batch, their gradients all-reduced "
+          "(0: one per GPU, or one on the CPU).");
 ABSL_FLAG(std::string, user_col, "", "movielens_mf: the user column (default userId).");
 ABSL_FLAG(std::string, item_col, "", "movielens_mf: the item column (default movieId).");
 ABSL_FLAG(std::string, rating_col, "", "movielens_mf: the rating column (default rating).");
@@ -156,6 +163,13 @@ int RunTrainJob(const ClusterSpec& spec) {
                 "must not be negative");
   }
   options.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
+  absl::StatusOr<DeviceOptions::Kind> device = ParseDeviceKind(absl::GetFlag(FLAGS_device));
+  if (!device.ok()) return Fail(absl::StrCat("--device: ", device.status().message()));
+  options.devices.kind = *device;
+  options.devices.replicas = absl::GetFlag(FLAGS_replicas);
+  if (options.devices.replicas < 0) {
+    return Fail(absl::StrCat("--replicas=", options.devices.replicas, " must not be negative"));
+  }
   for (const char* col : {"user_col", "item_col", "rating_col"}) {
     const std::string value = col == std::string("user_col")   ? absl::GetFlag(FLAGS_user_col)
                               : col == std::string("item_col") ? absl::GetFlag(FLAGS_item_col)

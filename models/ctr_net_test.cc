@@ -60,7 +60,9 @@ class CtrNetGradientTest : public ::testing::Test {
       }
       return s;
     };
-    return {sum(net.logits()), sum(net.lr_logits())};
+    std::vector<float> logits, lr_logits;
+    EXPECT_TRUE(net.CopyLogits(&logits, &lr_logits).ok());
+    return {sum(logits), sum(lr_logits)};
   }
 
   // Central differences of the summed model (or baseline) loss, divided by `divisor`, in every
@@ -94,9 +96,11 @@ class CtrNetGradientTest : public ::testing::Test {
 TEST_F(CtrNetGradientTest, Backward_MatchesCentralDifferences) {
   CtrNet net(device_.get(), shape_);
   ASSERT_TRUE(net.Forward(Batch(), Params()).ok());
-  CtrGrads g;
+  const CtrGradLayout layout(shape_, num_unique_);
+  std::vector<float> flat(layout.size, std::nanf(""));
   float loss = 0, lr_loss = 0;
-  ASSERT_TRUE(net.Backward(Batch(), Params(), &g, &loss, &lr_loss).ok());
+  ASSERT_TRUE(net.Backward(Batch(), Params(), flat.data(), &loss, &lr_loss).ok());
+  const CtrGrads g = CtrGrads::Split(flat.data(), layout);
   const auto [sum_loss, sum_lr_loss] = Losses();
   EXPECT_NEAR(loss, sum_loss / n_, 1e-5);  // the reported losses are means
   EXPECT_NEAR(lr_loss, sum_lr_loss / n_, 1e-5);
@@ -117,11 +121,71 @@ TEST_F(CtrNetGradientTest, Backward_MatchesCentralDifferences) {
 TEST_F(CtrNetGradientTest, Forward_BaselineLogitIsBiasPlusRowSum) {
   CtrNet net(device_.get(), shape_);
   ASSERT_TRUE(net.Forward(Batch(), Params()).ok());
+  std::vector<float> logits, lr_logits;
+  ASSERT_TRUE(net.CopyLogits(&logits, &lr_logits).ok());
   for (int64_t i = 0; i < n_; ++i) {
     float expect = lr_bias_[0];
     for (int64_t f = 0; f < shape_.features; ++f) expect += lr_[index_[i * shape_.features + f]];
-    EXPECT_NEAR(net.lr_logits()[i], expect, 1e-5) << i;
+    EXPECT_NEAR(lr_logits[i], expect, 1e-5) << i;
   }
+}
+
+// The replicated step (a CPU group) gives the one-device gradients and losses: tables summed over
+// the replicas' slices, dense weights weighted by their shares; also with more replicas than
+// examples.
+TEST_F(CtrNetGradientTest, ReplicatedStep_MatchesOneDevice) {
+  CtrNet net(device_.get(), shape_);
+  ASSERT_TRUE(net.Forward(Batch(), Params()).ok());
+  const CtrGradLayout layout(shape_, num_unique_);
+  std::vector<float> expected(layout.size);
+  float loss = 0, lr_loss = 0;
+  ASSERT_TRUE(net.Backward(Batch(), Params(), expected.data(), &loss, &lr_loss).ok());
+  std::vector<float> logits, lr_logits;
+  ASSERT_TRUE(net.CopyLogits(&logits, &lr_logits).ok());
+  for (const int replicas : {1, 2, 3, 7}) {
+    SCOPED_TRACE(testing::Message() << replicas << " replicas");
+    ReplicaGroupOptions options;
+    options.kind = DeviceOptions::Kind::kCpu;
+    options.num_replicas = replicas;
+    auto group = ReplicaGroup::Create(options);
+    ASSERT_TRUE(group.ok()) << group.status();
+    std::vector<float> grads;
+    float r_loss = 0, r_lr_loss = 0;
+    ASSERT_TRUE(CtrReplicatedStep(group->get(), shape_, Batch(), Params(), &grads, &r_loss,
+                                  &r_lr_loss)
+                    .ok());
+    EXPECT_NEAR(r_loss, loss, 1e-5);
+    EXPECT_NEAR(r_lr_loss, lr_loss, 1e-5);
+    ASSERT_EQ(grads.size(), expected.size());
+    for (size_t i = 0; i < grads.size(); ++i) {
+      EXPECT_NEAR(grads[i], expected[i], 1e-5 + 1e-4 * std::abs(expected[i])) << i;
+    }
+    std::vector<float> r_logits, r_lr_logits;
+    ASSERT_TRUE(CtrReplicatedForward(group->get(), shape_, Batch(), Params(), &r_logits,
+                                     &r_lr_logits)
+                    .ok());
+    ASSERT_EQ(r_logits.size(), logits.size());
+    for (size_t i = 0; i < logits.size(); ++i) {
+      EXPECT_NEAR(r_logits[i], logits[i], 1e-5);
+      EXPECT_NEAR(r_lr_logits[i], lr_logits[i], 1e-5);
+    }
+  }
+}
+
+TEST(CtrGradLayoutTest, TablesThenDenseInOneBuffer) {
+  CtrNetShape shape;
+  shape.features = 3;
+  shape.dim = 2;
+  shape.hidden = 4;
+  const CtrGradLayout layout(shape, /*num_unique=*/5);
+  EXPECT_EQ(layout.emb, 0);
+  EXPECT_EQ(layout.lr, 10);
+  EXPECT_EQ(layout.w1, 15);
+  EXPECT_EQ(layout.b1, 15 + 24);
+  EXPECT_EQ(layout.w2, 15 + 24 + 4);
+  EXPECT_EQ(layout.b2, 15 + 24 + 8);
+  EXPECT_EQ(layout.lr_bias, 15 + 24 + 9);
+  EXPECT_EQ(layout.size, 15 + 24 + 10);
 }
 
 TEST_F(CtrNetGradientTest, IndexOutOfRange_InvalidArgument) {
@@ -133,9 +197,9 @@ TEST_F(CtrNetGradientTest, IndexOutOfRange_InvalidArgument) {
 
 TEST_F(CtrNetGradientTest, BackwardWithoutForward_InvalidArgument) {
   CtrNet net(device_.get(), shape_);
-  CtrGrads g;
+  std::vector<float> flat(CtrGradLayout(shape_, num_unique_).size);
   float loss, lr_loss;
-  EXPECT_THAT(net.Backward(Batch(), Params(), &g, &loss, &lr_loss),
+  EXPECT_THAT(net.Backward(Batch(), Params(), flat.data(), &loss, &lr_loss),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("after a Forward")));
 }
 
@@ -144,12 +208,14 @@ TEST_F(CtrNetGradientTest, EmptyBatch_ZeroGradients) {
   CtrBatch b = Batch();
   b.n = 0;
   ASSERT_TRUE(net.Forward(b, Params()).ok());
-  CtrGrads g;
+  const CtrGradLayout layout(shape_, num_unique_);
+  std::vector<float> flat(layout.size, 1.0f);
   float loss = 1, lr_loss = 1;
-  ASSERT_TRUE(net.Backward(b, Params(), &g, &loss, &lr_loss).ok());
+  ASSERT_TRUE(net.Backward(b, Params(), flat.data(), &loss, &lr_loss).ok());
   EXPECT_EQ(loss, 0.0f);
+  const CtrGrads g = CtrGrads::Split(flat.data(), layout);
   EXPECT_EQ(g.w1.size(), static_cast<size_t>(shape_.w1_size()));
-  for (float x : g.w1) EXPECT_EQ(x, 0.0f);
+  for (float x : flat) EXPECT_EQ(x, 0.0f);
 }
 
 }  // namespace

@@ -11,7 +11,13 @@
 //   loss    = mean over the batch of -log softmax(logits)[label]
 //
 // Immutable after creation; safe to use from many threads at once (each call has its own scratch).
-// The device must use host memory (the CPU device): buffers are the caller's host buffers.
+//
+// Two ways to run it:
+//   - on one Device: every pointer is that device's memory (host memory on the CPU), the scratch is
+//     allocated on the device, and only the loss (and, for Evaluate, the probabilities) come back;
+//   - on a ReplicaGroup (one replica per GPU, or several on the CPU), as TF's MirroredStrategy: host
+//     buffers in and out, the batch split across the replicas, and their gradients combined by the
+//     group's all-reduce (NCCL across GPUs) into the whole batch's gradient.
 #ifndef PSTRAIN_MODELS_DENSE_MLP_H_
 #define PSTRAIN_MODELS_DENSE_MLP_H_
 
@@ -21,6 +27,7 @@
 
 #include "absl/status/statusor.h"
 #include "worker/device/device.h"
+#include "worker/device/replicas.h"
 
 namespace pstrain {
 
@@ -49,9 +56,9 @@ class DenseMlp {
   std::string ToString() const;
 
   // The batch's mean loss; writes its gradient with respect to every parameter into `grads`
-  // (num_params() floats, overwritten). `x` is [batch, inputs()], labels in [0, classes()).
-  // Errors: kInvalidArgument (batch < 1, a label out of range, a device without host memory),
-  // and the device's.
+  // (num_params() floats, overwritten). `x` is [batch, inputs()], labels in [0, classes()). All
+  // pointers are `device`'s memory. Errors: kInvalidArgument (batch < 1, a label out of range),
+  // and the device's (kResourceExhausted for the scratch).
   absl::StatusOr<float> ForwardBackward(Device* device, const float* params, int64_t batch,
                                         const float* x, const int32_t* labels,
                                         float* grads) const;
@@ -60,13 +67,22 @@ class DenseMlp {
   absl::StatusOr<MlpEvalSums> Evaluate(Device* device, const float* params, int64_t batch,
                                        const float* x, const int32_t* labels) const;
 
+  // The same on a replica group, every pointer in HOST memory: each replica takes its slice of the
+  // batch (ReplicaGroup::Slice; a slice may be empty), computes its gradient weighted by its share,
+  // and the group's all-reduce sums them, so `grads` is the whole batch's mean-loss gradient and the
+  // result its mean loss (up to float rounding, what one device computes). Errors: as above.
+  absl::StatusOr<float> ForwardBackward(ReplicaGroup* group, const float* params, int64_t batch,
+                                        const float* x, const int32_t* labels,
+                                        float* grads) const;
+  absl::StatusOr<MlpEvalSums> Evaluate(ReplicaGroup* group, const float* params, int64_t batch,
+                                       const float* x, const int32_t* labels) const;
+
  private:
   explicit DenseMlp(std::vector<int64_t> widths);
   // Runs the layers: acts[l] = h_l for l >= 1 (acts[0] unused: x), the last being the softmax
-  // probabilities; *loss = the mean loss.
+  // probabilities, all device memory; *loss (host) = the mean loss.
   absl::Status Forward(Device* device, const float* params, int64_t batch, const float* x,
-                       const int32_t* labels, std::vector<std::vector<float>>* acts,
-                       float* loss) const;
+                       const int32_t* labels, std::vector<DeviceBuffer>* acts, float* loss) const;
 
   std::vector<int64_t> widths_;
   std::vector<int64_t> offsets_;  // 2 * num_layers() + 1 entries: W_0, b_0, W_1, ..., the end

@@ -115,5 +115,65 @@ TEST_F(DenseMlpTest, ForwardBackward_LabelOutOfRange_InvalidArgument) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("batch 0")));
 }
 
+// A CPU replica group of `replicas`.
+std::unique_ptr<ReplicaGroup> CpuReplicas(int replicas) {
+  ReplicaGroupOptions options;
+  options.kind = DeviceOptions::Kind::kCpu;
+  options.num_replicas = replicas;
+  auto group = ReplicaGroup::Create(options);
+  EXPECT_TRUE(group.ok()) << group.status();
+  return *std::move(group);
+}
+
+// Splitting the batch over replicas and all-reducing their weighted gradients gives the one-device
+// gradient and loss, also when the batch does not divide evenly and when a replica gets nothing.
+TEST_F(DenseMlpTest, ForwardBackward_Replicas_MatchOneDevice) {
+  auto mlp = DenseMlp::Create({/*inputs=*/7, 6, 5, /*classes=*/4});
+  ASSERT_TRUE(mlp.ok()) << mlp.status();
+  const std::vector<float> params = Uniform(mlp->num_params(), /*limit=*/0.8f, /*seed=*/3);
+  for (const int64_t batch : {1, 2, 10, 11}) {
+    const std::vector<float> x = Uniform(batch * mlp->inputs(), /*limit=*/1.0f, /*seed=*/4);
+    std::vector<int32_t> labels(batch);
+    for (int64_t i = 0; i < batch; ++i) labels[i] = static_cast<int32_t>((i * 7) % 4);
+    std::vector<float> expected(mlp->num_params());
+    auto expected_loss = mlp->ForwardBackward(device_.get(), params.data(), batch, x.data(),
+                                              labels.data(), expected.data());
+    ASSERT_TRUE(expected_loss.ok()) << expected_loss.status();
+    auto expected_sums =
+        mlp->Evaluate(device_.get(), params.data(), batch, x.data(), labels.data());
+    ASSERT_TRUE(expected_sums.ok()) << expected_sums.status();
+    for (const int replicas : {1, 2, 3}) {
+      SCOPED_TRACE(testing::Message() << "batch " << batch << ", " << replicas << " replicas");
+      std::unique_ptr<ReplicaGroup> group = CpuReplicas(replicas);
+      std::vector<float> grads(mlp->num_params(), std::nanf(""));
+      auto loss = mlp->ForwardBackward(group.get(), params.data(), batch, x.data(),
+                                       labels.data(), grads.data());
+      ASSERT_TRUE(loss.ok()) << loss.status();
+      EXPECT_NEAR(*loss, *expected_loss, 1e-5);
+      for (int64_t i = 0; i < mlp->num_params(); ++i) {
+        ASSERT_NEAR(grads[i], expected[i], 1e-5 + 1e-4 * std::fabs(expected[i])) << i;
+      }
+      auto sums = mlp->Evaluate(group.get(), params.data(), batch, x.data(), labels.data());
+      ASSERT_TRUE(sums.ok()) << sums.status();
+      EXPECT_EQ(sums->correct, expected_sums->correct);
+      EXPECT_NEAR(sums->loss_sum, expected_sums->loss_sum, 1e-4);
+    }
+  }
+}
+
+TEST_F(DenseMlpTest, ForwardBackward_Replicas_BadLabelInAnyReplica_InvalidArgument) {
+  auto mlp = DenseMlp::Create({/*inputs=*/2, /*classes=*/3});
+  ASSERT_TRUE(mlp.ok()) << mlp.status();
+  std::unique_ptr<ReplicaGroup> group = CpuReplicas(2);
+  std::vector<float> params(mlp->num_params()), grads(mlp->num_params()), x(2 * 4);
+  const std::vector<int32_t> labels = {0, 1, 2, 5};  // the last is replica 1's
+  EXPECT_THAT(mlp->ForwardBackward(group.get(), params.data(), /*batch=*/4, x.data(),
+                                   labels.data(), grads.data()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("label")));
+  EXPECT_THAT(mlp->ForwardBackward(group.get(), params.data(), /*batch=*/0, x.data(),
+                                   labels.data(), grads.data()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("batch 0")));
+}
+
 }  // namespace
 }  // namespace pstrain

@@ -16,6 +16,7 @@
 #include "models/batches.h"
 #include "models/data/idx_reader.h"
 #include "models/dense_mlp.h"
+#include "models/devices.h"
 #include "ps/sharded_variable.h"
 #include "worker/device/device.h"
 
@@ -90,11 +91,12 @@ std::string BiasName(const char* prefix, int l) { return absl::StrCat(prefix, "b
 class FashionResource : public Dataset {
  public:
   // `steps_at_once`: training steps that may run at once (0: no limit).
-  FashionResource(Split train, Split test, DenseMlp mlp, int64_t batch_size, uint64_t seed,
-                  int64_t steps_at_once)
+  FashionResource(Split train, Split test, DenseMlp mlp, ReplicaGroup* replicas,
+                  int64_t batch_size, uint64_t seed, int64_t steps_at_once)
       : train_(std::move(train)),
         test_(std::move(test)),
         mlp_(std::move(mlp)),
+        replicas_(replicas),
         batches_(train_.size(), batch_size, seed),
         free_step_slots_(steps_at_once > 0 ? steps_at_once
                                            : std::numeric_limits<int64_t>::max()) {}
@@ -122,6 +124,8 @@ class FashionResource : public Dataset {
   const Split& train() const { return train_; }
   const Split& test() const { return test_; }
   const DenseMlp& mlp() const { return mlp_; }
+  // Where the steps compute (models/devices.h).
+  ReplicaGroup* replicas() const { return replicas_; }
   EpochBatches& batches() { return batches_; }
 
   // Holds one of the training-step slots from construction to destruction (waits for one).
@@ -148,6 +152,7 @@ class FashionResource : public Dataset {
   const Split train_;
   const Split test_;
   const DenseMlp mlp_;
+  ReplicaGroup* const replicas_;
   EpochBatches batches_;
   absl::Mutex mu_;
   int64_t next_step_ ABSL_GUARDED_BY(mu_) = 0;
@@ -251,11 +256,6 @@ absl::Status AddDenseOps(const std::vector<ShardedVariable>& vars, const DenseMl
   return absl::OkStatus();
 }
 
-Device* CpuDevice() {
-  static Device* const device = CreateCpuDevice()->release();  // stateless, shared by closures
-  return device;
-}
-
 // Args: int64 step, int64 average (1: add the weights the step pulled into the averages).
 // Outputs: the batch's mean loss (float32), its examples (int64).
 absl::StatusOr<std::vector<Tensor>> TrainStep(ClosureContext& ctx, absl::Span<const Tensor> args) {
@@ -279,7 +279,7 @@ absl::StatusOr<std::vector<Tensor>> TrainStep(ClosureContext& ctx, absl::Span<co
   FashionResource::StepSlot slot(res);  // from the pull to the push
   RETURN_IF_ERROR(PullParams(vars, mlp, params.get()));
   const int64_t n = static_cast<int64_t>(rows.size());
-  ASSIGN_OR_RETURN(float loss, mlp.ForwardBackward(CpuDevice(), params.get(), n, x.data(),
+  ASSIGN_OR_RETURN(float loss, mlp.ForwardBackward(res->replicas(), params.get(), n, x.data(),
                                                    labels.data(), grads.get()));
   // The gradients and the averages' sums travel in one request per ps task.
   UpdateBatch update;
@@ -323,11 +323,11 @@ absl::StatusOr<std::vector<Tensor>> EvalChunk(ClosureContext& ctx, absl::Span<co
   std::unique_ptr<float[]> params(new float[mlp.num_params()]);
   RETURN_IF_ERROR(PullParams(vars, mlp, params.get()));
   if (averaged_steps > 0) {
-    RETURN_IF_ERROR(CpuDevice()->Scale(mlp.num_params(),
-                                       1.0f / static_cast<float>(averaged_steps), params.get()));
+    const float scale = 1.0f / static_cast<float>(averaged_steps);
+    for (int64_t i = 0; i < mlp.num_params(); ++i) params[i] *= scale;
   }
-  ASSIGN_OR_RETURN(MlpEvalSums sums,
-                   mlp.Evaluate(CpuDevice(), params.get(), end - begin, x.data(), labels.data()));
+  ASSIGN_OR_RETURN(MlpEvalSums sums, mlp.Evaluate(res->replicas(), params.get(), end - begin,
+                                                  x.data(), labels.data()));
   return std::vector<Tensor>{Tensor::Scalar<float>(static_cast<float>(sums.loss_sum)),
                              Tensor::Scalar<int64_t>(sums.correct),
                              Tensor::Scalar<int64_t>(end - begin)};
@@ -346,6 +346,7 @@ struct MlpConfig {
   double average_epochs = 3;     // 0: evaluate the trained weights only
   OptimizerDef::Kind optimizer = OptimizerDef::ADAM;
   uint64_t seed = 1;
+  WorkerDevices devices;
 };
 
 // Sums of one evaluation over a split.
@@ -428,6 +429,7 @@ class FashionMnistMlp final : public Model {
                                 Tensor::Scalar<int64_t>(static_cast<int64_t>(config_.seed)),
                                 Tensor::Scalar<int64_t>(config_.batch_size),
                                 Tensor::Scalar<int64_t>(config_.steps_per_worker)};
+    for (Tensor& t : DeviceArgs(config_.devices)) args.push_back(std::move(t));
     for (int64_t w : widths) args.push_back(Tensor::Scalar<int64_t>(w));
     ASSIGN_OR_RETURN(dataset_, coordinator->CreatePerWorkerDataset(kData, std::move(args)));
     return absl::OkStatus();
@@ -526,7 +528,7 @@ absl::Status RegisterFashionMnistMlp(ClosureRegistry* registry) {
   RETURN_IF_ERROR(registry->RegisterClosure(kTrain, TrainStep));
   RETURN_IF_ERROR(registry->RegisterClosure(kEval, EvalChunk));
   // Args: string data directory, int64 seed, batch size, training steps at once (0: no limit),
-  // then the network's widths.
+  // the devices (DeviceArgs), then the network's widths.
   return registry->RegisterDataset(
       kData,
       [](int /*worker_index*/, int /*num_workers*/,
@@ -538,8 +540,9 @@ absl::Status RegisterFashionMnistMlp(ClosureRegistry* registry) {
           return absl::InvalidArgumentError(absl::StrCat(kData, ": batch size ", batch_size));
         }
         ASSIGN_OR_RETURN(int64_t steps_at_once, IntArg(args, 3, kData));
+        ASSIGN_OR_RETURN(WorkerDevices devices, DevicesFromArgs(args, 4, kData));
         std::vector<int64_t> widths;
-        for (size_t i = 4; i < args.size(); ++i) {
+        for (size_t i = 6; i < args.size(); ++i) {
           ASSIGN_OR_RETURN(int64_t w, IntArg(args, i, kData));
           widths.push_back(w);
         }
@@ -562,8 +565,9 @@ absl::Status RegisterFashionMnistMlp(ClosureRegistry* registry) {
         if (train.size() == 0) {
           return absl::InvalidArgumentError(absl::StrCat(kData, ": no training examples"));
         }
+        ASSIGN_OR_RETURN(ReplicaGroup * replicas, WorkerReplicaGroup(devices));
         return std::unique_ptr<Dataset>(new FashionResource(
-            std::move(train), std::move(test), std::move(mlp), batch_size,
+            std::move(train), std::move(test), std::move(mlp), replicas, batch_size,
             static_cast<uint64_t>(seed), steps_at_once));
       });
 }
@@ -602,6 +606,7 @@ absl::StatusOr<std::unique_ptr<Model>> CreateFashionMnistMlp(const ModelOptions&
   if (options.batch_size > 0) c.batch_size = options.batch_size;
   c.max_steps = options.max_steps;
   c.seed = options.seed;
+  c.devices = options.devices;
   if (c.shards < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(kFashionMnistMlpModel, ": shards=", c.shards, " must be >= 0"));

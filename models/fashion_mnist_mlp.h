@@ -2,7 +2,9 @@
 // models/dense_mlp.h): every weight matrix and bias is a ps variable ("mlp/w1" [784, 256] split
 // over the ps tasks, "mlp/b1" [256], "mlp/w2", ...) trained by a server-side optimizer. A step
 // pulls all the parameters (one Read request per ps task), runs forward and backward on its batch
-// on the worker's CPU device, and pushes the dense gradients (one Update request per ps task).
+// on the worker's replicas (ModelOptions::devices: one per GPU, or the CPU; the batch split across
+// them and their gradients all-reduced), and pushes the dense gradients (one Update request per ps
+// task).
 // Pixels are scaled to [0, 1].
 //
 // Weight averaging: the steps of the last `average_epochs` epochs also add the weights they

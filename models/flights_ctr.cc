@@ -9,6 +9,7 @@
 #include "common/status_macros.h"
 #include "models/batches.h"
 #include "models/binary_metrics.h"
+#include "models/devices.h"
 #include "ps/sharded_variable.h"
 #include "worker/device/device.h"
 
@@ -26,9 +27,10 @@ constexpr int64_t kEvalChunk = 16384;
 // creation (EpochBatches locks itself), so closures share it.
 class FlightsResource : public Dataset {
  public:
-  FlightsResource(FlightsData data, int64_t batch_size, uint64_t seed, std::vector<int> features,
-                  int64_t hash_rows, CtrNetShape shape)
+  FlightsResource(FlightsData data, ReplicaGroup* replicas, int64_t batch_size, uint64_t seed,
+                  std::vector<int> features, int64_t hash_rows, CtrNetShape shape)
       : data_(std::move(data)),
+        replicas_(replicas),
         batches_(static_cast<int64_t>(data_.train.size()), batch_size, seed),
         features_(std::move(features)),
         hash_rows_(hash_rows),
@@ -58,6 +60,8 @@ class FlightsResource : public Dataset {
   bool shared() const override { return true; }
 
   const FlightsData& data() const { return data_; }
+  // Where the steps compute (models/devices.h).
+  ReplicaGroup* replicas() const { return replicas_; }
   EpochBatches& batches() { return batches_; }
   const std::vector<int>& features() const { return features_; }
   int64_t hash_rows() const { return hash_rows_; }
@@ -69,6 +73,7 @@ class FlightsResource : public Dataset {
 
  private:
   const FlightsData data_;
+  ReplicaGroup* const replicas_;
   EpochBatches batches_;
   const std::vector<int> features_;
   const int64_t hash_rows_;
@@ -116,7 +121,8 @@ struct Pulled {
   }
 };
 
-Device* CpuDevice() {
+// Dedupes the ids on the host, where the pull needs them.
+Device* HostDevice() {
   static Device* const device = CreateCpuDevice()->release();  // stateless, shared by closures
   return device;
 }
@@ -135,7 +141,7 @@ absl::Status Pull(const CtrVars& v, const FlightsResource& res, const std::vecto
   p->unique.resize(n * f);
   p->index.resize(n * f);
   ASSIGN_OR_RETURN(p->num_unique,
-                   CpuDevice()->Unique(n * f, p->ids.data(), p->unique.data(), p->index.data()));
+                   HostDevice()->Unique(n * f, p->ids.data(), p->unique.data(), p->index.data()));
   const auto unique = absl::MakeConstSpan(p->unique.data(), static_cast<size_t>(p->num_unique));
   p->emb.resize(p->num_unique * shape.dim);
   p->lr.resize(p->num_unique);
@@ -171,26 +177,32 @@ absl::StatusOr<std::vector<Tensor>> TrainStep(ClosureContext& ctx, absl::Span<co
   const std::vector<int64_t> rows = res->batches().Batch(step);
   Pulled p;
   RETURN_IF_ERROR(Pull(v, *res, res->data().train, rows, &p));
-  CtrNet net(CpuDevice(), res->shape());
-  const CtrBatch batch = p.batch();
-  const CtrDenseParams params = p.dense.params();
-  RETURN_IF_ERROR(net.Forward(batch, params));
-  CtrGrads g;
+  std::vector<float> grads;
   float loss = 0, lr_loss = 0;
-  RETURN_IF_ERROR(net.Backward(batch, params, &g, &loss, &lr_loss));
+  RETURN_IF_ERROR(CtrReplicatedStep(res->replicas(), res->shape(), p.batch(), p.dense.params(),
+                                    &grads, &loss, &lr_loss));
 
-  auto bytes = [](const std::vector<float>& x) {
-    return absl::string_view(reinterpret_cast<const char*>(x.data()), x.size() * sizeof(float));
+  const CtrGradLayout layout(res->shape(), p.num_unique);
+  auto bytes = [&](int64_t begin, int64_t end) {
+    return absl::string_view(reinterpret_cast<const char*>(grads.data() + begin),
+                             (end - begin) * sizeof(float));
   };
   const auto unique = absl::MakeConstSpan(p.unique.data(), static_cast<size_t>(p.num_unique));
   UpdateBatch update;
-  RETURN_IF_ERROR(update.AddSparse(v.emb, UpdateOp::APPLY_GRADIENT, unique, bytes(g.emb).data()));
-  RETURN_IF_ERROR(update.AddSparse(v.lr, UpdateOp::APPLY_GRADIENT, unique, bytes(g.lr).data()));
-  RETURN_IF_ERROR(update.AddDense(v.w1, UpdateOp::APPLY_GRADIENT, bytes(g.w1)));
-  RETURN_IF_ERROR(update.AddDense(v.b1, UpdateOp::APPLY_GRADIENT, bytes(g.b1)));
-  RETURN_IF_ERROR(update.AddDense(v.w2, UpdateOp::APPLY_GRADIENT, bytes(g.w2)));
-  RETURN_IF_ERROR(update.AddDense(v.b2, UpdateOp::APPLY_GRADIENT, bytes(g.b2)));
-  RETURN_IF_ERROR(update.AddDense(v.lr_bias, UpdateOp::APPLY_GRADIENT, bytes(g.lr_bias)));
+  RETURN_IF_ERROR(update.AddSparse(v.emb, UpdateOp::APPLY_GRADIENT, unique,
+                                   bytes(layout.emb, layout.lr).data()));
+  RETURN_IF_ERROR(update.AddSparse(v.lr, UpdateOp::APPLY_GRADIENT, unique,
+                                   bytes(layout.lr, layout.w1).data()));
+  RETURN_IF_ERROR(
+      update.AddDense(v.w1, UpdateOp::APPLY_GRADIENT, bytes(layout.w1, layout.b1)));
+  RETURN_IF_ERROR(
+      update.AddDense(v.b1, UpdateOp::APPLY_GRADIENT, bytes(layout.b1, layout.w2)));
+  RETURN_IF_ERROR(
+      update.AddDense(v.w2, UpdateOp::APPLY_GRADIENT, bytes(layout.w2, layout.b2)));
+  RETURN_IF_ERROR(
+      update.AddDense(v.b2, UpdateOp::APPLY_GRADIENT, bytes(layout.b2, layout.lr_bias)));
+  RETURN_IF_ERROR(update.AddDense(v.lr_bias, UpdateOp::APPLY_GRADIENT,
+                                  bytes(layout.lr_bias, layout.size)));
   RETURN_IF_ERROR(update.Run());
   return std::vector<Tensor>{Tensor::Scalar<float>(loss),
                              Tensor::Scalar<int64_t>(static_cast<int64_t>(rows.size())),
@@ -213,9 +225,10 @@ absl::StatusOr<std::vector<Tensor>> EvalChunk(ClosureContext& ctx, absl::Span<co
   std::iota(rows.begin(), rows.end(), begin);
   Pulled p;
   RETURN_IF_ERROR(Pull(v, *res, test, rows, &p));
-  CtrNet net(CpuDevice(), res->shape());
-  RETURN_IF_ERROR(net.Forward(p.batch(), p.dense.params()));
-  return std::vector<Tensor>{Tensor::FromVector(net.logits()), Tensor::FromVector(net.lr_logits())};
+  std::vector<float> logits, lr_logits;
+  RETURN_IF_ERROR(CtrReplicatedForward(res->replicas(), res->shape(), p.batch(), p.dense.params(),
+                                       &logits, &lr_logits));
+  return std::vector<Tensor>{Tensor::FromVector(logits), Tensor::FromVector(lr_logits)};
 }
 
 class FlightsCtr final : public Model {
@@ -246,7 +259,8 @@ class FlightsCtr final : public Model {
                     Tensor::Scalar<int64_t>(config_.hash_rows),
                     Tensor::Scalar<int64_t>(config_.shape.dim),
                     Tensor::Scalar<int64_t>(config_.shape.hidden),
-                    Tensor::String(FlightFeatureNames(config_.features))}));
+                    Tensor::String(FlightFeatureNames(config_.features)),
+                    DeviceArgs(config_.devices)[0], DeviceArgs(config_.devices)[1]}));
     return absl::OkStatus();
   }
 
@@ -341,6 +355,7 @@ absl::StatusOr<FlightsCtrConfig> FlightsCtrConfigFromOptions(const ModelOptions&
   if (options.embedding_dim > 0) c.shape.dim = options.embedding_dim;
   c.max_steps = options.max_steps;
   c.seed = options.seed;
+  c.devices = options.devices;
   auto bad = [](const std::string& what) {
     return absl::InvalidArgumentError(absl::StrCat(kFlightsCtrModel, ": ", what));
   };
@@ -438,6 +453,7 @@ absl::Status RegisterFlightsCtr(ClosureRegistry* registry) {
         ASSIGN_OR_RETURN(std::string feature_names, StringArg(args, 9, kData));
         ASSIGN_OR_RETURN(std::vector<int> features, ParseFlightFeatures(feature_names));
         shape.features = static_cast<int64_t>(features.size());
+        ASSIGN_OR_RETURN(WorkerDevices devices, DevicesFromArgs(args, 10, kData));
         if (batch_size < 1 || hash_rows < 1 || shape.dim < 1 || shape.hidden < 1) {
           return absl::InvalidArgumentError(absl::StrCat(
               kData, ": batch_size, hash_rows, dim and hidden must be >= 1"));
@@ -445,8 +461,9 @@ absl::Status RegisterFlightsCtr(ClosureRegistry* registry) {
         options.test_from_month = static_cast<int>(test_from_month);
         options.delay_threshold = static_cast<int>(delay_threshold);
         ASSIGN_OR_RETURN(FlightsData data, LoadFlights(options));
+        ASSIGN_OR_RETURN(ReplicaGroup * replicas, WorkerReplicaGroup(devices));
         return std::unique_ptr<Dataset>(new FlightsResource(
-            std::move(data), batch_size, static_cast<uint64_t>(seed), std::move(features),
+            std::move(data), replicas, batch_size, static_cast<uint64_t>(seed), std::move(features),
             hash_rows, shape));
       });
 }

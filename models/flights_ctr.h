@@ -16,7 +16,9 @@
 //
 // One training step is one closure: hash the batch's features, dedupe the rows (Device::Unique),
 // pull the embedding and LR rows and all the dense weights in ONE lookup request per ps, run the
-// forward and backward passes, and push every gradient in ONE update request per ps.
+// forward and backward passes on the worker's replicas (ModelOptions::devices: one per GPU, or
+// the CPU; each takes a slice of the examples and one all-reduce sums their gradients, the tables'
+// still per distinct row), and push every gradient in ONE update request per ps.
 //
 // ModelOptions: data (default data/flights/flights.csv), epochs (default 1), batch_size (default
 // 256), learning_rate (Adagrad's, for the two hashed tables; default 0.05), embedding_dim (default
@@ -24,7 +26,7 @@
 //   hash_rows        rows of the two hashed tables (default 4194304 = 2^22)
 //   hidden           the MLP's hidden units (default 64)
 //   dense_learning_rate  Adagrad's rate for the dense weights, which get mean-loss gradients
-//                    (see CtrGrads; default 0.2)
+//                    (see CtrGradLayout; default 0.2)
 //   features         which hashed features, by name, separated by '+' or ',' (default all; see
 //                    FlightFeature)
 //   partitioner      min_size (default) or max_size, for the two hashed tables
@@ -83,6 +85,8 @@ struct FlightsCtrConfig {
   int max_shards = 0;
   double init_stddev = 0.01;
   uint64_t seed = 1;
+  // Where the workers compute (ModelOptions::devices).
+  WorkerDevices devices;
 };
 
 // Errors: kInvalidArgument naming a bad or unknown option.

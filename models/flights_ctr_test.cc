@@ -153,6 +153,37 @@ TEST(FlightsCtrTrainTest, ToyData_TwoWorkersTwoPs_LearnsAndReportsMetrics) {
   EXPECT_EQ(result->metrics.notes.at("embedding"), "4096x16 in 2 shards");
 }
 
+// Each worker splits its batches over 3 CPU replicas (the path a worker with 3 GPUs takes, with
+// the CPU's all-reduce): it learns as well.
+TEST(FlightsCtrTrainTest, ToyData_ThreeReplicasPerWorker_Learns) {
+  InProcessClusterOptions cluster_options;
+  cluster_options.num_workers = 2;
+  cluster_options.num_ps = 1;
+  cluster_options.registry = Registry();
+  auto cluster = InProcessCluster::Start(cluster_options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+
+  ModelOptions options;
+  options.data = WriteToyFlights(/*rows=*/6000);
+  options.epochs = 3;
+  options.batch_size = 50;
+  options.devices.kind = DeviceOptions::Kind::kCpu;
+  options.devices.replicas = 3;
+  options.extra = {{"hash_rows", "4096"}, {"hidden", "8"}};
+  auto model = CreateFlightsCtr(options);
+  ASSERT_TRUE(model.ok()) << model.status();
+  TrainerOptions trainer;
+  trainer.checkpoint_dir = "";
+  trainer.restore = "none";
+  std::ostringstream progress;
+  trainer.progress.out = &progress;
+  auto result = Train((*cluster)->spec(), model->get(), trainer);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->end_step, 3 * 100);
+  EXPECT_GT(result->metrics.values.at("test_auc"), 0.78);
+  EXPECT_GT(result->metrics.values.at("baseline_lr_test_auc"), 0.75);
+}
+
 TEST(FlightsCtrTrainTest, MissingData_SetupNotFoundNamingTheFile) {
   InProcessClusterOptions cluster_options;
   cluster_options.num_workers = 1;

@@ -20,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "coordinator/cluster_coordinator.h"
+#include "models/devices.h"
 
 namespace pstrain {
 
@@ -40,6 +41,9 @@ struct ModelOptions {
   int64_t embedding_dim = 0;
   // Seeds the split, the shuffles and the initializers. Default 1.
   uint64_t seed = 1;
+  // Where the workers compute (a GPU per replica, or the CPU) and how many replicas each runs.
+  // Models whose step is too small for a GPU document that they run on the CPU.
+  WorkerDevices devices;
   // Model-specific settings by name (e.g. "user_col" for the ratings model); each model lists
   // those it reads and rejects unknown ones.
   std::map<std::string, std::string> extra;

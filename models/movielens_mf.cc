@@ -386,6 +386,13 @@ absl::StatusOr<std::unique_ptr<Model>> CreateMatrixFactorization(const ModelOpti
   if (options.batch_size > 0) c.batch_size = options.batch_size;
   if (options.learning_rate > 0) c.learning_rate = options.learning_rate;
   if (options.embedding_dim > 0) c.dim = options.embedding_dim;
+  if (options.devices.kind == DeviceOptions::Kind::kCuda || options.devices.replicas > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "movielens_mf runs one replica on the CPU (asked: device ",
+        DeviceKindName(options.devices.kind), ", ", options.devices.replicas,
+        " replicas): its step is a few hundred dot products, less work than one GPU round trip; "
+        "use --device=cpu or auto"));
+  }
   c.max_steps = options.max_steps;
   if (c.l2 < 0 || c.bias_l2 < 0) {
     return absl::InvalidArgumentError("movielens_mf: l2 and bias_l2 must be >= 0");

@@ -8,7 +8,8 @@
 // reg_power (default 0.5): each rating adds l2 / count^reg_power of L2 pull on its user's and
 // item's embedding (count = that user's or item's training ratings), so rarely seen ones are held
 // closer to 0; bias_l2 (default 0.01, per rating); optimizer (adagrad (default), adam, sgd);
-// shards (per table, default: the number of ps tasks).
+// shards (per table, default: the number of ps tasks). Runs on the worker's CPU: --device=cuda or
+// more than one replica is an error (a step is too small for a GPU).
 //
 // Metrics: test_rmse, train_rmse, and baseline_test_rmse (regularized user + item biases alone);
 // notes give the counts, including the held-out ratings dropped as their user or item is unseen.

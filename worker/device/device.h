@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -236,6 +237,30 @@ class Device {
 
  private:
   friend class DeviceBuffer;
+};
+
+// Host inputs as a device sees them: on a host-memory device (the CPU) the host pointers
+// themselves, else copies in the device's memory that live as long as this object (so the ops that
+// read them must have finished, e.g. by a Synchronize(), before it is destroyed). Not thread-safe.
+class HostInputs {
+ public:
+  explicit HostInputs(Device* device) : device_(device) {}
+
+  // `count` T's at `host`, on the device. Errors: Allocate's and CopyToDevice's.
+  template <typename T>
+  absl::StatusOr<const T*> Put(const T* host, int64_t count) {
+    if (device_->host_memory() || count == 0) return host;
+    const int64_t bytes = count * static_cast<int64_t>(sizeof(T));
+    absl::StatusOr<DeviceBuffer> buffer = device_->Allocate(bytes);
+    if (!buffer.ok()) return buffer.status();
+    if (absl::Status s = device_->CopyToDevice(host, buffer->data(), bytes); !s.ok()) return s;
+    buffers_.push_back(*std::move(buffer));
+    return buffers_.back().template as<const T>();
+  }
+
+ private:
+  Device* const device_;
+  std::vector<DeviceBuffer> buffers_;
 };
 
 // Options of the CPU device.
