@@ -129,40 +129,4 @@ absl::Status ReplicaGroup::AllReduceSum(absl::Span<float* const> buffers, int64_
   return all_reducer_->AllReduceSum(buffers, n);
 }
 
-absl::StatusOr<SparseGradient> MergeSparseGradients(absl::Span<const SparseGradient> grads,
-                                                    int64_t dim) {
-  if (dim < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("MergeSparseGradients: dim must be >= 0, got ", dim));
-  }
-  size_t total = 0;
-  for (size_t r = 0; r < grads.size(); ++r) {
-    if (grads[r].rows.size() != grads[r].ids.size() * static_cast<size_t>(dim)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "MergeSparseGradients: grads[", r, "] has ", grads[r].ids.size(), " ids and ",
-          grads[r].rows.size(), " floats, not ids x dim = ", grads[r].ids.size(), " x ", dim));
-    }
-    total += grads[r].ids.size();
-  }
-  SparseGradient merged;
-  merged.ids.reserve(total);
-  merged.rows.reserve(total * dim);
-  absl::flat_hash_map<int64_t, size_t> position;
-  position.reserve(total);
-  for (const SparseGradient& grad : grads) {
-    for (size_t i = 0; i < grad.ids.size(); ++i) {
-      const float* row = grad.rows.data() + i * dim;
-      auto [it, inserted] = position.try_emplace(grad.ids[i], merged.ids.size());
-      if (inserted) {
-        merged.ids.push_back(grad.ids[i]);
-        merged.rows.insert(merged.rows.end(), row, row + dim);
-      } else {
-        float* out = merged.rows.data() + it->second * dim;
-        for (int64_t j = 0; j < dim; ++j) out[j] += row[j];
-      }
-    }
-  }
-  return merged;
-}
-
 }  // namespace pstrain

@@ -1,10 +1,12 @@
 // Replicas inside one worker, as TensorFlow's MirroredStrategy runs them: a worker with several
 // GPUs runs one replica of the training step per GPU, each on its part of the batch, and combines
 // the replicas' dense gradients with an all-reduce (NCCL across GPUs) before pushing them to the
-// ps tasks, once. Embedding gradients stay sparse: each replica reduces its own rows (Unique,
-// SegmentSum) and MergeSparseGradients adds up the rows the replicas share, on the host, into the
-// one sparse push. On the CPU the same interface runs any number of replicas on the CPU device and
-// combines them with a plain sum, which is how the tests exercise it.
+// ps tasks, once. Embedding gradients stay sparse: the worker dedupes the whole batch's ids once
+// (for the pull), every replica sums its examples' gradients into rows of that one [num_unique,
+// dim] table (SegmentSum), and the same all-reduce adds the tables, which are small (the batch's
+// distinct rows, not the embedding), before the one sparse push (see models/ctr_net.h). On the CPU
+// the same interface runs any number of replicas on the CPU device and combines them with a plain
+// sum, which is how the tests exercise it.
 //
 // A step with a ReplicaGroup:
 //
@@ -107,19 +109,6 @@ class ReplicaGroup {
   const bool gpu_;
   std::unique_ptr<ThreadPool> pool_;  // num_replicas - 1 threads for Run
 };
-
-// One replica's gradient of an embedding table, sparse and in host memory: rows[i * dim, (i + 1) *
-// dim) is the gradient of row ids[i]. Within one gradient the ids are distinct (Unique's output).
-struct SparseGradient {
-  std::vector<int64_t> ids;
-  std::vector<float> rows;
-};
-
-// The replicas' sparse gradients as one, what the worker pushes: the ids in order of first
-// appearance (replica 0's, then replica 1's new ones, ...), a row that several replicas have
-// summed in replica order. Errors: kInvalidArgument (dim < 0, rows of the wrong size).
-absl::StatusOr<SparseGradient> MergeSparseGradients(absl::Span<const SparseGradient> grads,
-                                                    int64_t dim);
 
 }  // namespace pstrain
 

@@ -207,61 +207,6 @@ TEST(ReplicaGroupTest, CpuDataParallelStep_OneToFourReplicas_MatchesFullBatchGra
   }
 }
 
-TEST(ReplicaGroupTest, CpuSparseEmbeddingGradients_MergedEqualFullBatch) {
-  // Each replica dedupes its part's ids and sums its rows' gradients (pushed sparse, never
-  // all-reduced); merged, they equal the whole batch's.
-  std::mt19937 rng(13);
-  const int64_t batch = 50, dim = 4;
-  std::vector<int64_t> ids(batch);
-  std::uniform_int_distribution<int64_t> id_dist(100, 120);
-  for (int64_t& id : ids) id = id_dist(rng);
-  const std::vector<float> row_grads = RandomFloats(batch * dim, &rng);
-  auto sparse = [&](Device* d, int64_t begin, int64_t size) {
-    SparseGradient g;
-    std::vector<int32_t> index(size);
-    g.ids.resize(size);
-    absl::StatusOr<int64_t> count = d->Unique(size, ids.data() + begin, g.ids.data(), index.data());
-    EXPECT_TRUE(count.ok());
-    g.ids.resize(*count);
-    g.rows.resize(*count * dim);
-    EXPECT_TRUE(d->SegmentSum(size, dim, row_grads.data() + begin * dim, index.data(), *count,
-                              g.rows.data())
-                    .ok());
-    return g;
-  };
-  std::unique_ptr<ReplicaGroup> group = MakeGroup(DeviceOptions::Kind::kCpu, /*replicas=*/3);
-  ASSERT_NE(group, nullptr);
-  const SparseGradient whole = sparse(group->device(0), 0, batch);
-  std::vector<SparseGradient> parts(3);
-  ASSERT_TRUE(group
-                  ->Run([&](int r, Device* device) {
-                    const BatchSlice part = group->Slice(batch, r);
-                    parts[r] = sparse(device, part.begin, part.size);
-                    return absl::OkStatus();
-                  })
-                  .ok());
-  absl::StatusOr<SparseGradient> merged = MergeSparseGradients(parts, dim);
-  ASSERT_TRUE(merged.ok()) << merged.status();
-  EXPECT_EQ(merged->ids, whole.ids);  // the parts are contiguous: same first-appearance order
-  ExpectNear(merged->rows, whole.rows, 1e-6, "merged rows");
-}
-
-TEST(ReplicaGroupTest, MergeSparseGradients_SharedIds_SummedInReplicaOrder) {
-  const std::vector<SparseGradient> grads = {{{7, 3}, {1, 2, 3, 4}}, {{3, 9}, {10, 20, 30, 40}}};
-  absl::StatusOr<SparseGradient> merged = MergeSparseGradients(grads, /*dim=*/2);
-  ASSERT_TRUE(merged.ok()) << merged.status();
-  EXPECT_THAT(merged->ids, ElementsAre(7, 3, 9));
-  EXPECT_THAT(merged->rows, ElementsAre(1, 2, 13, 24, 30, 40));
-  EXPECT_TRUE(MergeSparseGradients({}, 2)->ids.empty());
-}
-
-TEST(ReplicaGroupTest, MergeSparseGradients_WrongRowCount_InvalidArgument) {
-  const std::vector<SparseGradient> grads = {{{1, 2}, {1, 2, 3}}};
-  absl::StatusOr<SparseGradient> merged = MergeSparseGradients(grads, /*dim=*/2);
-  EXPECT_EQ(merged.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(merged.status().message(), HasSubstr("grads[0] has 2 ids and 3 floats"));
-}
-
 TEST(ReplicaGroupTest, Run_ReplicasRunConcurrently_LowestFailingReplicaReported) {
   std::unique_ptr<ReplicaGroup> group = MakeGroup(DeviceOptions::Kind::kCpu, /*replicas=*/3);
   ASSERT_NE(group, nullptr);
