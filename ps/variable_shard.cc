@@ -37,7 +37,7 @@ VariableShard::VariableShard(VariableShardDef def)
     : def_(std::move(def)) {}
 
 // Rows ahead to prefetch in sparse loops: enough to overlap several cache misses.
-constexpr int64_t kPrefetchAhead = 8;
+constexpr int64_t kPrefetchAhead = 16;
 
 absl::StatusOr<std::unique_ptr<VariableShard>> VariableShard::Create(const VariableShardDef& def,
                                                                      bool initialize) {
@@ -149,16 +149,6 @@ absl::Status VariableShard::ValidateIds(absl::string_view ids, absl::string_view
 
 absl::Status VariableShard::ValidateLookup(absl::string_view ids) const {
   return ValidateIds(ids, "lookup");
-}
-
-void VariableShard::Prefetch(int64_t row, bool with_slots) const {
-  const char* v = values_.data() + row * row_bytes_;
-  for (int64_t b = 0; b < row_bytes_; b += 64) __builtin_prefetch(v + b);
-  if (!with_slots) return;
-  for (const auto& slot : slots_) {
-    const char* p = slot.data() + row * row_bytes_;
-    for (int64_t b = 0; b < row_bytes_; b += 64) __builtin_prefetch(p + b, /*rw=*/1);
-  }
 }
 
 void VariableShard::Lookup(absl::string_view ids, char* out) const {
@@ -300,21 +290,42 @@ void VariableShard::ApplySparseGradient(absl::string_view ids, const float* grad
   const int64_t n = ids.size() / 8;
   const int64_t offset = row_offset();
   const StepScalars scalars = optimizer_->Prepare(apply_count_.fetch_add(1) + 1);
-  // Sum repeated ids first (as TF's sparse apply does): the optimizer sees each row once. Only the
-  // repeated rows are copied; the rest are applied straight from the request.
-  absl::flat_hash_map<int64_t, int32_t> first;  // id -> first position
-  first.reserve(n);
-  absl::flat_hash_map<int32_t, std::vector<float>> summed;  // first position -> summed gradient
-  std::vector<bool> skip;  // positions whose gradient went into an earlier position's sum
-  for (int64_t i = 0; i < n; ++i) {
-    auto [it, inserted] = first.emplace(LoadId(ids.data() + 8 * i), static_cast<int32_t>(i));
-    if (inserted) continue;
-    if (skip.empty()) skip.assign(n, false);
-    skip[i] = true;
-    auto [sum, fresh] = summed.try_emplace(it->second);
-    if (fresh) sum->second.assign(grads + it->second * width_, grads + (it->second + 1) * width_);
-    for (int64_t k = 0; k < width_; ++k) sum->second[k] += grads[i * width_ + k];
+  // Sum repeated ids first (as TF's sparse apply does): the optimizer sees each row once.
+  // src[i] is the gradient that position i applies: its own row of the request, the sum (for the
+  // first position of a repeated id; only those rows are copied), or null (a later repeat).
+  std::vector<const float*> src(n);
+  std::vector<float> sums;  // the summed rows, width_ floats each
+  std::vector<std::pair<int64_t, int64_t>> repeats;  // (first position, later position)
+  {
+    absl::flat_hash_map<int64_t, int32_t> first;  // id -> first position
+    first.reserve(n);
+    for (int64_t i = 0; i < n; ++i) {
+      src[i] = grads + i * width_;
+      auto [it, inserted] = first.emplace(LoadId(ids.data() + 8 * i), static_cast<int32_t>(i));
+      if (!inserted) repeats.emplace_back(it->second, i);
+    }
   }
+  if (!repeats.empty()) {
+    absl::flat_hash_map<int64_t, int64_t> sum_of;  // first position -> its row in `sums`
+    for (const auto& [head, pos] : repeats) sum_of.emplace(head, 0);
+    sums.resize(sum_of.size() * width_);
+    int64_t next = 0;
+    for (auto& [head, row] : sum_of) {
+      row = next++;
+      std::memcpy(sums.data() + row * width_, grads + head * width_, width_ * sizeof(float));
+      src[head] = sums.data() + row * width_;
+    }
+    for (const auto& [head, pos] : repeats) {
+      float* sum = sums.data() + sum_of[head] * width_;
+      const float* g = grads + pos * width_;
+      for (int64_t k = 0; k < width_; ++k) sum[k] += g[k];
+      src[pos] = nullptr;
+    }
+  }
+  const int num_slots = static_cast<int>(slots_.size());
+  float* slot_base[4];
+  for (int s = 0; s < num_slots; ++s) slot_base[s] = Slot(s);
+  float* const values = reinterpret_cast<float*>(values_.data());
   for (int64_t i = 0; i < std::min(n, kPrefetchAhead); ++i) {
     Prefetch(LoadId(ids.data() + 8 * i) - offset, true);
   }
@@ -322,15 +333,12 @@ void VariableShard::ApplySparseGradient(absl::string_view ids, const float* grad
     if (i + kPrefetchAhead < n) {
       Prefetch(LoadId(ids.data() + 8 * (i + kPrefetchAhead)) - offset, true);
     }
-    if (!skip.empty() && skip[i]) continue;
-    const float* g = grads + i * width_;
-    if (!summed.empty()) {
-      auto it = summed.find(static_cast<int32_t>(i));
-      if (it != summed.end()) g = it->second.data();
-    }
+    if (src[i] == nullptr) continue;
     const int64_t row = LoadId(ids.data() + 8 * i) - offset;
+    float* slot_rows[4];
+    for (int s = 0; s < num_slots; ++s) slot_rows[s] = slot_base[s] + row * width_;
     RowLockGuard lock(locks_.get(), row);
-    UpdateRowLocked(UpdateOp::APPLY_GRADIENT, row, reinterpret_cast<const char*>(g), scalars);
+    optimizer_->ApplyRow(values + row * width_, slot_rows, src[i], width_, scalars);
   }
 }
 
