@@ -1,5 +1,9 @@
 #include "common/grpc_util.h"
 
+#include <malloc.h>
+
+#include <mutex>
+
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -11,7 +15,17 @@
 
 namespace pstrain {
 
+void TuneMallocForLargeMessages() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // glibc's largest allowed mmap threshold on 64-bit (a setting above it is refused).
+    (void)::mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    (void)::mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  });
+}
+
 std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address) {
+  TuneMallocForLargeMessages();
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
@@ -62,6 +76,7 @@ absl::StatusOr<StartedServer> StartGrpcServer(const std::string& address,
   absl::Status valid = SplitHostPort(address, &host, &requested_port);
   if (!valid.ok()) return valid;
 
+  TuneMallocForLargeMessages();
   grpc::ServerBuilder builder;
   StartedServer started;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &started.port);

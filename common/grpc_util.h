@@ -18,6 +18,13 @@ namespace pstrain {
 // malformed request can't make a server allocate without bound.
 inline constexpr int kMaxMessageBytes = 512 << 20;
 
+// Tunes this process's malloc for megabyte messages (once; CreateChannel and StartGrpcServer call
+// it): blocks up to 32 MiB come from the heap instead of a fresh mmap each, and up to 256 MiB of
+// freed heap is kept for reuse instead of being returned to the kernel. Without it every
+// request's and reply's buffers were new pages: page faults and zeroing took a third of a sparse
+// pull's time. Tables (ps/table_memory.h) map their own memory and are not affected.
+void TuneMallocForLargeMessages();
+
 // A channel to `address` ("host:port") with our message limits and a short reconnect backoff, so a
 // restarted task is reached again within about a second.
 std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address);

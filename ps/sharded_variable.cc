@@ -236,15 +236,29 @@ absl::Status UpdateBatch::AddSparse(const ShardedVariable& v, UpdateOp::Kind kin
   const int64_t row_bytes = v.row_bytes();
   const bool sum_repeats =
       v.dtype() == DT_FLOAT32 && (kind == UpdateOp::ASSIGN_ADD || kind == UpdateOp::APPLY_GRADIENT);
-  // Per shard: distinct ids and their rows (summed for additive kinds; last one for assign).
-  std::vector<std::vector<int64_t>> shard_ids(v.shards().size());
-  std::vector<std::string> shard_values(v.shards().size());
+  // Per shard: distinct ids and their rows (summed for additive kinds; last one for assign),
+  // reserved up front (a first pass counts the ids per shard) so that nothing is copied twice.
+  const size_t num_shards = v.shards().size();
+  std::vector<int> shard_of(ids.size(), 0);
+  std::vector<int64_t> per_shard(num_shards, 0);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (num_shards > 1) shard_of[i] = v.ShardOf(ids[i]);
+    ++per_shard[shard_of[i]];
+  }
+  std::vector<std::vector<int64_t>> shard_ids(num_shards);
+  std::vector<std::string> shard_values(num_shards);
+  for (size_t s = 0; s < num_shards; ++s) {
+    shard_ids[s].reserve(per_shard[s]);
+    shard_values[s].reserve(per_shard[s] * row_bytes);
+  }
   absl::flat_hash_map<int64_t, std::pair<int, int64_t>> seen;  // id -> (shard, index in shard)
   seen.reserve(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
     const char* row = values + i * row_bytes;
-    auto it = seen.find(ids[i]);
-    if (it != seen.end()) {
+    const int s = shard_of[i];
+    auto [it, inserted] =
+        seen.try_emplace(ids[i], s, static_cast<int64_t>(shard_ids[s].size()));
+    if (!inserted) {
       char* dst = shard_values[it->second.first].data() + it->second.second * row_bytes;
       if (sum_repeats) {
         float* d = reinterpret_cast<float*>(dst);
@@ -260,10 +274,6 @@ absl::Status UpdateBatch::AddSparse(const ShardedVariable& v, UpdateOp::Kind kin
         continue;
       }
       // int64 assign-add: send the repeat as is; the ps adds each.
-    }
-    const int s = v.ShardOf(ids[i]);
-    if (it == seen.end()) {
-      seen.emplace(ids[i], std::make_pair(s, static_cast<int64_t>(shard_ids[s].size())));
     }
     shard_ids[s].push_back(ids[i]);
     shard_values[s].append(row, row_bytes);

@@ -370,8 +370,13 @@ void VariableShard::Update(const UpdateOp& op) {
   int64_t begin = 0, end = 0;
   ValidateRange(op.range(), &begin, &end).IgnoreError();  // validated by ValidateUpdate
   StepScalars scalars;
+  // Float-aligned gradients are applied a block of rows at a time (else row by row, copying each).
+  const float* aligned_grads = nullptr;
   if (op.kind() == UpdateOp::APPLY_GRADIENT) {
     scalars = optimizer_->Prepare(apply_count_.fetch_add(1) + 1);
+    if (reinterpret_cast<uintptr_t>(values) % alignof(float) == 0) {
+      aligned_grads = reinterpret_cast<const float*>(values);
+    }
   }
   // One lock per block of rows.
   const int64_t block = locks_->rows_per_block();
@@ -381,6 +386,15 @@ void VariableShard::Update(const UpdateOp& op) {
     if (op.kind() == UpdateOp::ASSIGN) {
       std::memcpy(values_.data() + row * row_bytes_, values + (row - begin) * row_bytes_,
                   (stop - row) * row_bytes_);
+    } else if (op.kind() == UpdateOp::APPLY_GRADIENT && aligned_grads != nullptr) {
+      // The optimizers are elementwise: a block of consecutive rows is one long row.
+      float* slot_rows[4];
+      for (size_t k = 0; k < slots_.size(); ++k) {
+        slot_rows[k] = Slot(static_cast<int>(k)) + row * width_;
+      }
+      optimizer_->ApplyRow(reinterpret_cast<float*>(values_.data()) + row * width_, slot_rows,
+                           aligned_grads + (row - begin) * width_, (stop - row) * width_,
+                           scalars);
     } else {
       for (int64_t r = row; r < stop; ++r) {
         UpdateRowLocked(op.kind(), r, values + (r - begin) * row_bytes_, scalars);

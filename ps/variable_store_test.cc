@@ -284,6 +284,42 @@ TEST(VariableStoreGradientTest, ApplyDense_WholeShard_EveryRow) {
   EXPECT_THAT(ReadAll(store, "w"), ElementsAre(0.5, 0, 1, 1, 2, -1));
 }
 
+// A dense apply updates a lock block of rows as one long row; every optimizer is elementwise, so
+// it must equal the sparse path's row-by-row apply exactly, for every optimizer and partial blocks.
+TEST(VariableStoreGradientTest, ApplyDense_BlocksOfNarrowRows_EqualRowByRow) {
+  for (const OptimizerDef::Kind kind : {OptimizerDef::SGD, OptimizerDef::MOMENTUM,
+                                        OptimizerDef::ADAGRAD, OptimizerDef::ADAM,
+                                        OptimizerDef::FTRL}) {
+    SCOPED_TRACE(OptimizerDef::Kind_Name(kind));
+    const int64_t rows = 300;  // width 1: 64 rows per lock block, the last one partial
+    VariableShardDef def = FloatShard("w", rows, 0, rows, 1, /*init=*/0.25f);
+    def.mutable_optimizer()->set_kind(kind);
+    def.mutable_optimizer()->set_learning_rate(0.1);
+    VariableStore dense, sparse;
+    ASSERT_TRUE(dense.CreateShards({def}).ok());
+    ASSERT_TRUE(sparse.CreateShards({def}).ok());
+    std::vector<float> grads(rows);
+    std::vector<int64_t> ids(rows);
+    for (int64_t i = 0; i < rows; ++i) {
+      grads[i] = 0.01f * static_cast<float>(i % 17) - 0.07f;
+      ids[i] = i;
+    }
+    for (int step = 0; step < 3; ++step) {
+      UpdateRequest a, b;
+      UpdateOp* op = a.add_ops();
+      op->set_shard("w");
+      op->set_kind(UpdateOp::APPLY_GRADIENT);
+      op->mutable_range();
+      op->set_values(Bytes(grads));
+      op->set_dtype(DT_FLOAT32);
+      *b.add_ops() = SparseOp("w", UpdateOp::APPLY_GRADIENT, ids, grads);
+      ASSERT_TRUE(dense.Update(a).ok());
+      ASSERT_TRUE(sparse.Update(b).ok());
+    }
+    EXPECT_EQ(ReadAll(dense, "w"), ReadAll(sparse, "w"));
+  }
+}
+
 TEST(VariableStoreDenseTest, NarrowRows_RangesAcrossLockBlocks_Exact) {
   // Width-1 rows are locked in blocks of 64; ranges that start and end inside blocks must still
   // touch exactly their rows.
