@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "common/id_index.h"
 #include "common/status_macros.h"
 
 namespace pstrain {
@@ -161,19 +161,25 @@ absl::Status ShardedVariable::ApplyDenseGradients(absl::string_view grads) const
 absl::Status LookupBatch::Add(const ShardedVariable& v, absl::Span<const int64_t> ids, char* out) {
   RETURN_IF_ERROR(CheckIds(v, ids));
   // Dedupe: each distinct id is fetched once, into the caller position where it first appears.
-  absl::flat_hash_map<int64_t, int64_t> first_pos;
-  first_pos.reserve(ids.size());
+  IdIndex& first_pos = ThreadIdIndex();
+  first_pos.Reset(static_cast<int64_t>(ids.size()));
   Fixup fixup{out, v.row_bytes(), {}};
   // Per shard: the distinct ids and their first positions.
-  std::vector<std::vector<int64_t>> shard_ids(v.shards().size());
-  std::vector<std::vector<int64_t>> shard_pos(v.shards().size());
+  const size_t num_shards = v.shards().size();
+  std::vector<std::vector<int64_t>> shard_ids(num_shards);
+  std::vector<std::vector<int64_t>> shard_pos(num_shards);
+  if (num_shards == 1) {
+    shard_ids[0].reserve(ids.size());
+    shard_pos[0].reserve(ids.size());
+  }
   for (size_t i = 0; i < ids.size(); ++i) {
-    auto [it, inserted] = first_pos.emplace(ids[i], static_cast<int64_t>(i));
+    bool inserted = false;
+    const int64_t first = first_pos.FindOrInsert(ids[i], static_cast<int64_t>(i), &inserted);
     if (!inserted) {
-      fixup.copies.emplace_back(it->second, static_cast<int64_t>(i));
+      fixup.copies.emplace_back(first, static_cast<int64_t>(i));
       continue;
     }
-    const int s = v.ShardOf(ids[i]);
+    const int s = num_shards == 1 ? 0 : v.ShardOf(ids[i]);
     shard_ids[s].push_back(ids[i]);
     shard_pos[s].push_back(static_cast<int64_t>(i));
   }
@@ -251,15 +257,17 @@ absl::Status UpdateBatch::AddSparse(const ShardedVariable& v, UpdateOp::Kind kin
     shard_ids[s].reserve(per_shard[s]);
     shard_values[s].reserve(per_shard[s] * row_bytes);
   }
-  absl::flat_hash_map<int64_t, std::pair<int, int64_t>> seen;  // id -> (shard, index in shard)
-  seen.reserve(ids.size());
+  IdIndex& seen = ThreadIdIndex();  // id -> its first position
+  seen.Reset(static_cast<int64_t>(ids.size()));
+  std::vector<int64_t> index_in_shard(ids.size());  // for first positions: where the row went
   for (size_t i = 0; i < ids.size(); ++i) {
     const char* row = values + i * row_bytes;
     const int s = shard_of[i];
-    auto [it, inserted] =
-        seen.try_emplace(ids[i], s, static_cast<int64_t>(shard_ids[s].size()));
+    bool inserted = false;
+    const int64_t first = seen.FindOrInsert(ids[i], static_cast<int64_t>(i), &inserted);
+    if (inserted) index_in_shard[i] = static_cast<int64_t>(shard_ids[s].size());
     if (!inserted) {
-      char* dst = shard_values[it->second.first].data() + it->second.second * row_bytes;
+      char* dst = shard_values[shard_of[first]].data() + index_in_shard[first] * row_bytes;
       if (sum_repeats) {
         float* d = reinterpret_cast<float*>(dst);
         for (int64_t k = 0; k < v.width(); ++k) {

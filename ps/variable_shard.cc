@@ -6,6 +6,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "common/id_index.h"
 #include "common/status_macros.h"
 #include "ps/initializers.h"
 
@@ -296,14 +297,13 @@ void VariableShard::ApplySparseGradient(absl::string_view ids, const float* grad
   std::vector<const float*> src(n);
   std::vector<float> sums;  // the summed rows, width_ floats each
   std::vector<std::pair<int64_t, int64_t>> repeats;  // (first position, later position)
-  {
-    absl::flat_hash_map<int64_t, int32_t> first;  // id -> first position
-    first.reserve(n);
-    for (int64_t i = 0; i < n; ++i) {
-      src[i] = grads + i * width_;
-      auto [it, inserted] = first.emplace(LoadId(ids.data() + 8 * i), static_cast<int32_t>(i));
-      if (!inserted) repeats.emplace_back(it->second, i);
-    }
+  IdIndex& first = ThreadIdIndex();  // id -> first position
+  first.Reset(n);
+  for (int64_t i = 0; i < n; ++i) {
+    src[i] = grads + i * width_;
+    bool inserted = false;
+    const int64_t head = first.FindOrInsert(LoadId(ids.data() + 8 * i), i, &inserted);
+    if (!inserted) repeats.emplace_back(head, i);
   }
   if (!repeats.empty()) {
     absl::flat_hash_map<int64_t, int64_t> sum_of;  // first position -> its row in `sums`
