@@ -1,5 +1,7 @@
 #include "common/id_index.h"
 
+#include <algorithm>
+
 namespace pstrain {
 
 void IdIndex::Reset(int64_t max_ids) {
@@ -12,8 +14,11 @@ void IdIndex::Reset(int64_t max_ids) {
   }
   mask_ = size - 1;
   // Slots of a smaller earlier table beyond `size` are simply not probed; the generation makes every
-  // slot within it free.
-  ++generation_;
+  // slot within it free. After 2^32 - 1 batches the generations wrap: start the slots afresh.
+  if (++generation_ == 0) {
+    std::fill(slots_.begin(), slots_.end(), Slot{});
+    generation_ = 1;
+  }
 }
 
 IdIndex& ThreadIdIndex() {
