@@ -40,6 +40,14 @@ VariableShard::VariableShard(VariableShardDef def)
 // Rows ahead to prefetch in sparse loops: enough to overlap several cache misses.
 constexpr int64_t kPrefetchAhead = 16;
 
+// A request's rows are split into pieces of at least this many for the store's pool (below that,
+// waking a thread costs more than it saves: 4096 rows are ~100 us of work).
+constexpr int64_t kMinRowsPerPiece = 4096;
+
+int64_t Pieces(ThreadPool* pool, int64_t rows) {
+  return pool == nullptr ? 1 : std::max<int64_t>(1, rows / kMinRowsPerPiece);
+}
+
 absl::StatusOr<std::unique_ptr<VariableShard>> VariableShard::Create(const VariableShardDef& def,
                                                                      bool initialize) {
   const std::string who = absl::StrCat("shard \"", def.name(), "\"");
@@ -152,19 +160,23 @@ absl::Status VariableShard::ValidateLookup(absl::string_view ids) const {
   return ValidateIds(ids, "lookup");
 }
 
-void VariableShard::Lookup(absl::string_view ids, char* out) const {
+void VariableShard::Lookup(absl::string_view ids, char* out, ThreadPool* pool) const {
   const int64_t n = ids.size() / 8;
   const int64_t offset = row_offset();
   const char* values = values_.data();
-  for (int64_t i = 0; i < std::min(n, kPrefetchAhead); ++i) {
-    Prefetch(LoadId(ids.data() + 8 * i) - offset, false);
-  }
-  for (int64_t i = 0; i < n; ++i) {
-    if (i + kPrefetchAhead < n) Prefetch(LoadId(ids.data() + 8 * (i + kPrefetchAhead)) - offset, false);
-    const int64_t row = LoadId(ids.data() + 8 * i) - offset;
-    RowLockGuard lock(locks_.get(), row);
-    std::memcpy(out + i * row_bytes_, values + row * row_bytes_, row_bytes_);
-  }
+  ParallelRanges(pool, n, Pieces(pool, n), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < std::min(end, begin + kPrefetchAhead); ++i) {
+      Prefetch(LoadId(ids.data() + 8 * i) - offset, false);
+    }
+    for (int64_t i = begin; i < end; ++i) {
+      if (i + kPrefetchAhead < end) {
+        Prefetch(LoadId(ids.data() + 8 * (i + kPrefetchAhead)) - offset, false);
+      }
+      const int64_t row = LoadId(ids.data() + 8 * i) - offset;
+      RowLockGuard lock(locks_.get(), row);
+      std::memcpy(out + i * row_bytes_, values + row * row_bytes_, row_bytes_);
+    }
+  });
 }
 
 absl::Status VariableShard::ValidateRange(const RowRange& range, int64_t* begin,
@@ -287,7 +299,8 @@ void VariableShard::UpdateRowLocked(UpdateOp::Kind kind, int64_t row, const char
   }
 }
 
-void VariableShard::ApplySparseGradient(absl::string_view ids, const float* grads) {
+void VariableShard::ApplySparseGradient(absl::string_view ids, const float* grads,
+                                        ThreadPool* pool) {
   const int64_t n = ids.size() / 8;
   const int64_t offset = row_offset();
   const StepScalars scalars = optimizer_->Prepare(apply_count_.fetch_add(1) + 1);
@@ -326,33 +339,36 @@ void VariableShard::ApplySparseGradient(absl::string_view ids, const float* grad
   float* slot_base[4];
   for (int s = 0; s < num_slots; ++s) slot_base[s] = Slot(s);
   float* const values = reinterpret_cast<float*>(values_.data());
-  for (int64_t i = 0; i < std::min(n, kPrefetchAhead); ++i) {
-    Prefetch(LoadId(ids.data() + 8 * i) - offset, true);
-  }
-  for (int64_t i = 0; i < n; ++i) {
-    if (i + kPrefetchAhead < n) {
-      Prefetch(LoadId(ids.data() + 8 * (i + kPrefetchAhead)) - offset, true);
+  // The positions now name distinct rows: pieces of them can run at once.
+  ParallelRanges(pool, n, Pieces(pool, n), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < std::min(end, begin + kPrefetchAhead); ++i) {
+      Prefetch(LoadId(ids.data() + 8 * i) - offset, true);
     }
-    if (src[i] == nullptr) continue;
-    const int64_t row = LoadId(ids.data() + 8 * i) - offset;
-    float* slot_rows[4];
-    for (int s = 0; s < num_slots; ++s) slot_rows[s] = slot_base[s] + row * width_;
-    RowLockGuard lock(locks_.get(), row);
-    optimizer_->ApplyRow(values + row * width_, slot_rows, src[i], width_, scalars);
-  }
+    for (int64_t i = begin; i < end; ++i) {
+      if (i + kPrefetchAhead < end) {
+        Prefetch(LoadId(ids.data() + 8 * (i + kPrefetchAhead)) - offset, true);
+      }
+      if (src[i] == nullptr) continue;
+      const int64_t row = LoadId(ids.data() + 8 * i) - offset;
+      float* slot_rows[4];
+      for (int s = 0; s < num_slots; ++s) slot_rows[s] = slot_base[s] + row * width_;
+      RowLockGuard lock(locks_.get(), row);
+      optimizer_->ApplyRow(values + row * width_, slot_rows, src[i], width_, scalars);
+    }
+  });
 }
 
-void VariableShard::Update(const UpdateOp& op) {
+void VariableShard::Update(const UpdateOp& op, ThreadPool* pool) {
   const char* values = op.values().data();
   if (op.rows_case() == UpdateOp::kIds) {
     if (op.kind() == UpdateOp::APPLY_GRADIENT) {
       // Gradients as floats: copy once if the bytes are not float-aligned.
       if (reinterpret_cast<uintptr_t>(values) % alignof(float) == 0) {
-        ApplySparseGradient(op.ids(), reinterpret_cast<const float*>(values));
+        ApplySparseGradient(op.ids(), reinterpret_cast<const float*>(values), pool);
       } else {
         std::vector<float> copy(op.values().size() / 4);
         std::memcpy(copy.data(), values, op.values().size());
-        ApplySparseGradient(op.ids(), copy.data());
+        ApplySparseGradient(op.ids(), copy.data(), pool);
       }
       return;
     }
@@ -378,30 +394,36 @@ void VariableShard::Update(const UpdateOp& op) {
       aligned_grads = reinterpret_cast<const float*>(values);
     }
   }
-  // One lock per block of rows.
+  // One lock per block of rows; pieces of the range may run at once (their blocks' locks keep a
+  // block that two pieces share whole).
   const int64_t block = locks_->rows_per_block();
-  for (int64_t row = begin; row < end;) {
-    const int64_t stop = std::min(end, (row / block + 1) * block);
-    RowLockGuard lock(locks_.get(), row);
-    if (op.kind() == UpdateOp::ASSIGN) {
-      std::memcpy(values_.data() + row * row_bytes_, values + (row - begin) * row_bytes_,
-                  (stop - row) * row_bytes_);
-    } else if (op.kind() == UpdateOp::APPLY_GRADIENT && aligned_grads != nullptr) {
-      // The optimizers are elementwise: a block of consecutive rows is one long row.
-      float* slot_rows[4];
-      for (size_t k = 0; k < slots_.size(); ++k) {
-        slot_rows[k] = Slot(static_cast<int>(k)) + row * width_;
+  const int64_t piece_rows =
+      std::max<int64_t>(1, kMinRowsPerPiece * 64 / std::max<int64_t>(row_bytes_, 1));
+  const int64_t pieces = pool == nullptr ? 1 : std::max<int64_t>(1, (end - begin) / piece_rows);
+  ParallelRanges(pool, end - begin, pieces, [&](int64_t piece_begin, int64_t piece_end) {
+    for (int64_t row = begin + piece_begin; row < begin + piece_end;) {
+      const int64_t stop = std::min(begin + piece_end, (row / block + 1) * block);
+      RowLockGuard lock(locks_.get(), row);
+      if (op.kind() == UpdateOp::ASSIGN) {
+        std::memcpy(values_.data() + row * row_bytes_, values + (row - begin) * row_bytes_,
+                    (stop - row) * row_bytes_);
+      } else if (op.kind() == UpdateOp::APPLY_GRADIENT && aligned_grads != nullptr) {
+        // The optimizers are elementwise: a block of consecutive rows is one long row.
+        float* slot_rows[4];
+        for (size_t k = 0; k < slots_.size(); ++k) {
+          slot_rows[k] = Slot(static_cast<int>(k)) + row * width_;
+        }
+        optimizer_->ApplyRow(reinterpret_cast<float*>(values_.data()) + row * width_, slot_rows,
+                             aligned_grads + (row - begin) * width_, (stop - row) * width_,
+                             scalars);
+      } else {
+        for (int64_t r = row; r < stop; ++r) {
+          UpdateRowLocked(op.kind(), r, values + (r - begin) * row_bytes_, scalars);
+        }
       }
-      optimizer_->ApplyRow(reinterpret_cast<float*>(values_.data()) + row * width_, slot_rows,
-                           aligned_grads + (row - begin) * width_, (stop - row) * width_,
-                           scalars);
-    } else {
-      for (int64_t r = row; r < stop; ++r) {
-        UpdateRowLocked(op.kind(), r, values + (r - begin) * row_bytes_, scalars);
-      }
+      row = stop;
     }
-    row = stop;
-  }
+  });
 }
 
 }  // namespace pstrain

@@ -13,6 +13,7 @@
 #include "proto/ps_service.pb.h"
 #include "ps/optimizers.h"
 #include "ps/row_locks.h"
+#include "common/thread_pool.h"
 #include "ps/table_memory.h"
 
 namespace pstrain {
@@ -43,7 +44,8 @@ class VariableShard {
   // of this shard's rows).
   absl::Status ValidateLookup(absl::string_view ids) const;
   // Writes one row per id into `out` (ids.size()/8 * row_bytes() bytes).
-  void Lookup(absl::string_view ids, char* out) const;
+  // `pool` (may be null): pieces of a large request run on it too (ParallelFor).
+  void Lookup(absl::string_view ids, char* out, ThreadPool* pool = nullptr) const;
 
   // Read: a global row range (0,0 = all). Returns the shard-local [begin, end).
   absl::Status ValidateRead(const RowRange& range, int64_t* begin, int64_t* end) const;
@@ -53,7 +55,7 @@ class VariableShard {
   // Errors: kInvalidArgument (values not a whole number of rows, count mismatch, ids out of range,
   // gradients for a variable without an optimizer or of a non-float dtype).
   absl::Status ValidateUpdate(const UpdateOp& op) const;
-  void Update(const UpdateOp& op);
+  void Update(const UpdateOp& op, ThreadPool* pool = nullptr);
 
   // Number of gradients applied so far (Adam's t).
   int64_t apply_count() const { return apply_count_.load(); }
@@ -89,7 +91,7 @@ class VariableShard {
     }
   }
   // Gradient apply for sparse ids, summing repeated ids first.
-  void ApplySparseGradient(absl::string_view ids, const float* grads);
+  void ApplySparseGradient(absl::string_view ids, const float* grads, ThreadPool* pool);
 
   VariableShardDef def_;
   int64_t width_ = 0;

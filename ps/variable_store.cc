@@ -1,6 +1,7 @@
 #include "ps/variable_store.h"
 
 #include <algorithm>
+#include <thread>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -21,6 +22,13 @@ std::string FirstDifference(const VariableShardDef& a, const VariableShardDef& b
 }
 
 }  // namespace
+
+VariableStore::VariableStore(int data_threads) {
+  if (data_threads < 0) {
+    data_threads = std::max(0, static_cast<int>(std::thread::hardware_concurrency()) - 1);
+  }
+  if (data_threads > 0) pool_ = std::make_unique<ThreadPool>(data_threads);
+}
 
 absl::StatusOr<std::vector<bool>> VariableStore::CreateShards(
     const std::vector<VariableShardDef>& defs) {
@@ -113,7 +121,7 @@ absl::Status VariableStore::Lookup(const LookupRequest& request, LookupResponse*
   for (int i = 0; i < request.ops_size(); ++i) {
     std::string* out = response->add_values();
     out->resize(request.ops(i).ids().size() / 8 * shards[i]->row_bytes());
-    shards[i]->Lookup(request.ops(i).ids(), out->data());
+    shards[i]->Lookup(request.ops(i).ids(), out->data(), pool_.get());
   }
   return absl::OkStatus();
 }
@@ -139,7 +147,7 @@ absl::Status VariableStore::Update(const UpdateRequest& request) {
   for (int i = 0; i < request.ops_size(); ++i) {
     RETURN_IF_ERROR(shards[i]->ValidateUpdate(request.ops(i)));
   }
-  for (int i = 0; i < request.ops_size(); ++i) shards[i]->Update(request.ops(i));
+  for (int i = 0; i < request.ops_size(); ++i) shards[i]->Update(request.ops(i), pool_.get());
   return absl::OkStatus();
 }
 

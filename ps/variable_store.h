@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/thread_pool.h"
 #include "proto/ps_service.pb.h"
 #include "ps/shard_checkpoint.h"
 #include "ps/variable_shard.h"
@@ -22,7 +23,10 @@ namespace pstrain {
 // nothing.
 class VariableStore {
  public:
-  VariableStore() = default;
+  // `data_threads`: pool threads that large requests' rows are split across, beside the calling
+  // (gRPC) thread; -1 (default): one fewer than the machine's cores, so one request can use every
+  // core while the others are idle; 0: none.
+  explicit VariableStore(int data_threads = -1);
 
   // Creates every shard, or none. A shard that exists with the same definition is left as it is
   // (created[i] = false). Errors: kInvalidArgument (bad definition, same name twice in the request),
@@ -55,6 +59,8 @@ class VariableStore {
   // Finds every named shard, in order. Errors: kNotFound naming the first unknown shard.
   template <typename Ops>
   absl::StatusOr<std::vector<std::shared_ptr<VariableShard>>> FindAll(const Ops& ops) const;
+
+  std::unique_ptr<ThreadPool> pool_;  // null: no helper threads
 
   // Updates hold it shared; a save or a restore's swap holds it exclusively.
   absl::Mutex update_gate_;

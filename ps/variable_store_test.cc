@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <map>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -318,6 +319,45 @@ TEST(VariableStoreGradientTest, ApplyDense_BlocksOfNarrowRows_EqualRowByRow) {
     }
     EXPECT_EQ(ReadAll(dense, "w"), ReadAll(sparse, "w"));
   }
+}
+
+// Requests large enough to be split across the store's pool give exactly what one thread gives:
+// sparse applies with repeated ids, lookups, and dense applies.
+TEST(VariableStoreThreadsTest, LargeRequestsSplitAcrossThreads_SameAsOneThread) {
+  const int64_t rows = 50000, width = 4;
+  VariableShardDef def = FloatShard("t", rows, 0, rows, width, /*init=*/0.5f);
+  def.mutable_optimizer()->set_kind(OptimizerDef::ADAGRAD);
+  def.mutable_optimizer()->set_learning_rate(0.1);
+  VariableStore pooled(/*data_threads=*/3), single(/*data_threads=*/0);
+  ASSERT_TRUE(pooled.CreateShards({def}).ok());
+  ASSERT_TRUE(single.CreateShards({def}).ok());
+  std::mt19937_64 rng(5);
+  for (int step = 0; step < 3; ++step) {
+    std::vector<int64_t> ids(30000);
+    for (int64_t& id : ids) id = static_cast<int64_t>(rng() % 20000);  // many repeats
+    std::vector<float> grads(ids.size() * width);
+    for (float& g : grads) g = static_cast<float>(rng() % 1000) / 1000.0f - 0.5f;
+    UpdateRequest sparse;
+    *sparse.add_ops() = SparseOp("t", UpdateOp::APPLY_GRADIENT, ids, grads);
+    UpdateRequest dense;
+    UpdateOp* op = dense.add_ops();
+    op->set_shard("t");
+    op->set_kind(UpdateOp::APPLY_GRADIENT);
+    op->mutable_range();
+    std::vector<float> all(rows * width);
+    for (float& g : all) g = static_cast<float>(rng() % 1000) / 1000.0f - 0.5f;
+    op->set_values(Bytes(all));
+    op->set_dtype(DT_FLOAT32);
+    for (VariableStore* store : {&pooled, &single}) {
+      ASSERT_TRUE(store->Update(sparse).ok());
+      ASSERT_TRUE(store->Update(dense).ok());
+    }
+  }
+  EXPECT_EQ(ReadAll(pooled, "t"), ReadAll(single, "t"));
+  std::vector<int64_t> ids(rows);
+  for (int64_t i = 0; i < rows; ++i) ids[i] = rows - 1 - i;
+  EXPECT_EQ(LookupRows(pooled, "t", ids), LookupRows(single, "t", ids));
+  EXPECT_EQ(pooled.Find("t")->apply_count(), 6);
 }
 
 TEST(VariableStoreDenseTest, NarrowRows_RangesAcrossLockBlocks_Exact) {

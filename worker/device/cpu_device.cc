@@ -26,54 +26,6 @@
 namespace pstrain {
 namespace {
 
-// ---- Parallel pieces ---------------------------------------------------------------------------
-
-// Runs fn(0), ..., fn(pieces - 1) on the calling thread and on up to pieces - 1 pool threads, and
-// returns when all have run. Pieces are claimed from a shared counter, and the caller only waits for
-// pieces some thread has already started: if the pool is busy (or the caller is one of its
-// threads), the caller simply runs every piece itself. Helpers that start late find nothing left.
-void ParallelFor(ThreadPool* pool, int64_t pieces, const std::function<void(int64_t)>& fn) {
-  if (pool == nullptr || pieces <= 1) {
-    for (int64_t i = 0; i < pieces; ++i) fn(i);
-    return;
-  }
-  struct State {
-    explicit State(int64_t pieces, const std::function<void(int64_t)>* fn)
-        : pieces(pieces), fn(fn) {}
-    const int64_t pieces;
-    const std::function<void(int64_t)>* const fn;  // valid while some piece is unclaimed
-    std::atomic<int64_t> next{0};
-    absl::Mutex mu;
-    int64_t done ABSL_GUARDED_BY(mu) = 0;
-  };
-  auto state = std::make_shared<State>(pieces, &fn);
-  auto work = [](State& s) {
-    int64_t ran = 0;
-    for (int64_t i; (i = s.next.fetch_add(1, std::memory_order_relaxed)) < s.pieces;) {
-      (*s.fn)(i);
-      ++ran;
-    }
-    if (ran > 0) {
-      absl::MutexLock lock(&s.mu);
-      s.done += ran;
-    }
-  };
-  const int64_t helpers = std::min<int64_t>(pool->num_threads(), pieces - 1);
-  for (int64_t h = 0; h < helpers; ++h) pool->Schedule([state, work] { work(*state); });
-  work(*state);
-  absl::MutexLock lock(&state->mu);
-  state->mu.Await(absl::Condition(
-      +[](State* s) ABSL_NO_THREAD_SAFETY_ANALYSIS { return s->done == s->pieces; },
-      state.get()));
-}
-
-// Calls fn(begin, end) over [0, n) cut into `pieces` nearly equal ranges.
-void ParallelRanges(ThreadPool* pool, int64_t n, int64_t pieces,
-                    const std::function<void(int64_t, int64_t)>& fn) {
-  pieces = std::max<int64_t>(1, std::min(pieces, n));
-  ParallelFor(pool, pieces, [&](int64_t p) { fn(n * p / pieces, n * (p + 1) / pieces); });
-}
-
 // ---- Gemm --------------------------------------------------------------------------------------
 
 // The widest vector the target has, and the kernel's rows: kMr * kNv accumulators + kNv B vectors
