@@ -1,6 +1,10 @@
 #include "ps/ps_server.h"
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/proto_buffer_reader.h"
+#include "grpcpp/support/slice.h"
 #include "common/grpc_util.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -11,7 +15,9 @@
 namespace pstrain {
 namespace {
 
-class PsServiceImpl final : public PsService::CallbackService {
+// Lookup is served raw (its reply is written in protobuf's wire format straight into the slice
+// gRPC sends: VariableStore::LookupSerialized); every other method is typed.
+class PsServiceImpl final : public PsService::WithRawCallbackMethod_Lookup<PsService::CallbackService> {
  public:
   PsServiceImpl() = default;
 
@@ -45,9 +51,23 @@ class PsServiceImpl final : public PsService::CallbackService {
   // The data-path handlers run inline on gRPC's callback threads: the work is memory-bound and
   // short, and a hand-off to another pool would only add a wake-up.
   grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* context,
-                                   const LookupRequest* request,
-                                   LookupResponse* response) override {
-    return Finish(context, store_.Lookup(*request, response));
+                                   const grpc::ByteBuffer* request_bytes,
+                                   grpc::ByteBuffer* response) override {
+    LookupRequest request;
+    grpc::ByteBuffer copy(*request_bytes);  // shares the slices; Deserialize consumes its argument
+    const grpc::Status parsed =
+        grpc::SerializationTraits<LookupRequest>::Deserialize(&copy, &request);
+    if (!parsed.ok()) {
+      return Finish(context, absl::InvalidArgumentError(absl::StrCat(
+                                 "lookup: malformed LookupRequest: ", parsed.error_message())));
+    }
+    grpc::Slice reply;
+    const absl::Status status = store_.LookupSerialized(request, [&reply](size_t bytes) {
+      reply = grpc::Slice(grpc_slice_malloc(bytes), grpc::Slice::STEAL_REF);
+      return reinterpret_cast<char*>(const_cast<uint8_t*>(reply.begin()));
+    });
+    if (status.ok()) *response = grpc::ByteBuffer(&reply, 1);
+    return Finish(context, status);
   }
 
   grpc::ServerUnaryReactor* Read(grpc::CallbackServerContext* context, const ReadRequest* request,

@@ -126,6 +126,53 @@ absl::Status VariableStore::Lookup(const LookupRequest& request, LookupResponse*
   return absl::OkStatus();
 }
 
+namespace {
+
+// Appends `value` as a protobuf varint at `out`; returns the byte after it.
+char* PutVarint(uint64_t value, char* out) {
+  while (value >= 0x80) {
+    *out++ = static_cast<char>(value | 0x80);
+    value >>= 7;
+  }
+  *out++ = static_cast<char>(value);
+  return out;
+}
+
+int VarintSize(uint64_t value) {
+  int size = 1;
+  while (value >= 0x80) {
+    value >>= 7;
+    ++size;
+  }
+  return size;
+}
+
+}  // namespace
+
+absl::Status VariableStore::LookupSerialized(
+    const LookupRequest& request, const std::function<char*(size_t bytes)>& allocate) const {
+  ASSIGN_OR_RETURN(auto shards, FindAll(request.ops()));
+  for (int i = 0; i < request.ops_size(); ++i) {
+    RETURN_IF_ERROR(shards[i]->ValidateLookup(request.ops(i).ids()));
+  }
+  // LookupResponse.values is field 1, length-delimited: tag byte (1 << 3) | 2, varint length.
+  constexpr char kValuesTag = (1 << 3) | 2;
+  std::vector<uint64_t> lengths(request.ops_size());
+  size_t total = 0;
+  for (int i = 0; i < request.ops_size(); ++i) {
+    lengths[i] = request.ops(i).ids().size() / 8 * shards[i]->row_bytes();
+    total += 1 + VarintSize(lengths[i]) + lengths[i];
+  }
+  char* out = allocate(total);
+  for (int i = 0; i < request.ops_size(); ++i) {
+    *out++ = kValuesTag;
+    out = PutVarint(lengths[i], out);
+    shards[i]->Lookup(request.ops(i).ids(), out, pool_.get());
+    out += lengths[i];
+  }
+  return absl::OkStatus();
+}
+
 absl::Status VariableStore::Read(const ReadRequest& request, ReadResponse* response) const {
   ASSIGN_OR_RETURN(auto shards, FindAll(request.ops()));
   std::vector<std::pair<int64_t, int64_t>> ranges(request.ops_size());

@@ -2,6 +2,7 @@
 #ifndef PSTRAIN_PS_VARIABLE_STORE_H_
 #define PSTRAIN_PS_VARIABLE_STORE_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,6 +41,12 @@ class VariableStore {
   // Errors for these: kNotFound (unknown shard), kInvalidArgument (as VariableShard's Validate*),
   // each naming the shard.
   absl::Status Lookup(const LookupRequest& request, LookupResponse* response) const;
+  // Lookup with the reply written straight in LookupResponse's wire format (field 1, one
+  // length-delimited value per op) into ONE buffer of `bytes` that `allocate(bytes)` returns, so a
+  // server can send it as it is: no zero-filled strings, no serializing copy. Errors: as Lookup;
+  // `allocate` is called only once the request is valid.
+  absl::Status LookupSerialized(const LookupRequest& request,
+                                const std::function<char*(size_t bytes)>& allocate) const;
   absl::Status Read(const ReadRequest& request, ReadResponse* response) const;
   absl::Status Update(const UpdateRequest& request);
 

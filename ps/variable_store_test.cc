@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -358,6 +359,59 @@ TEST(VariableStoreThreadsTest, LargeRequestsSplitAcrossThreads_SameAsOneThread) 
   for (int64_t i = 0; i < rows; ++i) ids[i] = rows - 1 - i;
   EXPECT_EQ(LookupRows(pooled, "t", ids), LookupRows(single, "t", ids));
   EXPECT_EQ(pooled.Find("t")->apply_count(), 6);
+}
+
+// The wire-format lookup parses into exactly what Lookup returns, for several ops (one empty, one
+// whose length needs a 3-byte varint); and a bad request allocates nothing.
+TEST(VariableStoreLookupSerializedTest, ParsesToTheSameResponse) {
+  VariableStore store;
+  ASSERT_TRUE(store.CreateShards({FloatShard("a", 5000, 0, 5000, 8, /*init=*/0.0f),
+                                  FloatShard("b", 10, 0, 10, 1, /*init=*/2.0f)})
+                  .ok());
+  UpdateRequest assign;
+  std::vector<int64_t> all(5000);
+  std::vector<float> rows(5000 * 8);
+  for (int64_t i = 0; i < 5000; ++i) all[i] = i;
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<float>(i);
+  *assign.add_ops() = SparseOp("a", UpdateOp::ASSIGN, all, rows);
+  ASSERT_TRUE(store.Update(assign).ok());
+  LookupRequest request;
+  auto add = [&](const std::string& shard, const std::vector<int64_t>& ids) {
+    LookupOp* op = request.add_ops();
+    op->set_shard(shard);
+    op->set_ids(Bytes(ids));
+  };
+  std::vector<int64_t> many(3000);
+  for (int64_t i = 0; i < 3000; ++i) many[i] = (i * 7) % 5000;
+  add("a", many);  // 3000 * 32 bytes: a 3-byte varint length
+  add("b", {});
+  add("b", {3, 3, 9});
+  LookupResponse expected;
+  ASSERT_TRUE(store.Lookup(request, &expected).ok());
+  std::string wire;
+  ASSERT_TRUE(store
+                  .LookupSerialized(request,
+                                    [&](size_t bytes) {
+                                      wire.assign(bytes, '\xff');
+                                      return wire.data();
+                                    })
+                  .ok());
+  LookupResponse parsed;
+  ASSERT_TRUE(parsed.ParseFromString(wire));
+  ASSERT_EQ(parsed.values_size(), 3);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(parsed.values(i), expected.values(i)) << i;
+  EXPECT_EQ(wire, expected.SerializeAsString());
+
+  add("a", {5000});  // out of range
+  bool allocated = false;
+  EXPECT_THAT(store.LookupSerialized(request,
+                                     [&](size_t bytes) {
+                                       allocated = true;
+                                       wire.assign(bytes, 0);
+                                       return wire.data();
+                                     }),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("5000")));
+  EXPECT_FALSE(allocated);
 }
 
 TEST(VariableStoreDenseTest, NarrowRows_RangesAcrossLockBlocks_Exact) {
