@@ -5,6 +5,9 @@
 #include "common/grpc_status.h"
 #include "common/grpc_util.h"
 #include "grpcpp/client_context.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/slice.h"
 #include "proto/ps_service.grpc.pb.h"
 
 namespace pstrain {
@@ -15,7 +18,9 @@ class GrpcPsClient final : public PsClient {
   GrpcPsClient(int task_index, const std::string& address, const GrpcPsClientOptions& options)
       : name_(absl::StrCat("ps:", task_index, " at ", address)),
         options_(options),
-        stub_(PsService::NewStub(CreateChannel(address))) {}
+        channel_(CreateChannel(address)),
+        stub_(PsService::NewStub(channel_)),
+        raw_lookup_(channel_) {}
 
   const std::string& name() const override { return name_; }
 
@@ -35,6 +40,30 @@ class GrpcPsClient final : public PsClient {
     Call([=](grpc::ClientContext* c, std::function<void(grpc::Status)> cb) {
       stub_->async()->Lookup(c, request, response, std::move(cb));
     }, std::move(done));
+  }
+  // The reply stays in the slices gRPC received (no parse into strings): see LookupWireReply.
+  void LookupWireAsync(const LookupRequest* request, LookupWireReply* reply,
+                       Done done) override {
+    auto bytes = std::make_shared<grpc::ByteBuffer>();
+    Call([=](grpc::ClientContext* c, std::function<void(grpc::Status)> cb) {
+      raw_lookup_.UnaryCall(c, "/pstrain.PsService/Lookup", grpc::StubOptions(), request,
+                            bytes.get(), std::move(cb));
+    }, [bytes, reply, done = std::move(done)](absl::Status status) {
+      if (status.ok()) {
+        auto slices = std::make_shared<std::vector<grpc::Slice>>();
+        if (!bytes->Dump(slices.get()).ok()) {
+          done(absl::InternalError("lookup reply: could not read the received bytes"));
+          return;
+        }
+        std::vector<absl::string_view> chunks;
+        chunks.reserve(slices->size());
+        for (const grpc::Slice& s : *slices) {
+          chunks.emplace_back(reinterpret_cast<const char*>(s.begin()), s.size());
+        }
+        reply->Set(std::move(chunks), std::move(slices));
+      }
+      done(std::move(status));
+    });
   }
   void ReadAsync(const ReadRequest* request, ReadResponse* response, Done done) override {
     Call([=](grpc::ClientContext* c, std::function<void(grpc::Status)> cb) {
@@ -86,7 +115,10 @@ class GrpcPsClient final : public PsClient {
 
   const std::string name_;
   const GrpcPsClientOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<PsService::Stub> stub_;
+  // Lookup with the reply as raw bytes (LookupWireAsync).
+  grpc::TemplatedGenericStub<LookupRequest, grpc::ByteBuffer> raw_lookup_;
 };
 
 }  // namespace

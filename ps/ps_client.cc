@@ -1,6 +1,9 @@
 #include "ps/ps_client.h"
 
+#include <algorithm>
 #include <vector>
+
+#include "absl/strings/str_cat.h"
 
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/notification.h"
@@ -22,6 +25,67 @@ absl::Status Wait(Call call) {
 }
 
 }  // namespace
+
+absl::StatusOr<std::vector<std::vector<absl::string_view>>> LookupWireReply::Values() const {
+  // A cursor over the chunks.
+  size_t chunk = 0, at = 0;
+  auto next_chunk = [&] {
+    while (chunk < chunks_.size() && at == chunks_[chunk].size()) {
+      ++chunk;
+      at = 0;
+    }
+    return chunk < chunks_.size();
+  };
+  auto read_byte = [&](uint8_t* b) {
+    if (!next_chunk()) return false;
+    *b = static_cast<uint8_t>(chunks_[chunk][at++]);
+    return true;
+  };
+  std::vector<std::vector<absl::string_view>> values;
+  while (next_chunk()) {
+    uint8_t tag = 0;
+    read_byte(&tag);
+    if (tag != ((1 << 3) | 2)) {  // LookupResponse.values: field 1, length-delimited
+      return absl::InternalError(absl::StrCat("lookup reply: unexpected field tag ",
+                                              static_cast<int>(tag), " after ", values.size(),
+                                              " values"));
+    }
+    uint64_t length = 0;
+    for (int shift = 0;; shift += 7) {
+      uint8_t b = 0;
+      if (shift > 63 || !read_byte(&b)) {
+        return absl::InternalError(
+            absl::StrCat("lookup reply: value ", values.size(), " has a cut or bad length"));
+      }
+      length |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if ((b & 0x80) == 0) break;
+    }
+    std::vector<absl::string_view>& pieces = values.emplace_back();
+    while (length > 0) {
+      if (!next_chunk()) {
+        return absl::InternalError(absl::StrCat("lookup reply: value ", values.size() - 1,
+                                                " is cut short by ", length, " bytes"));
+      }
+      const size_t take = std::min<uint64_t>(length, chunks_[chunk].size() - at);
+      pieces.push_back(chunks_[chunk].substr(at, take));
+      at += take;
+      length -= take;
+    }
+  }
+  return values;
+}
+
+void PsClient::LookupWireAsync(const LookupRequest* request, LookupWireReply* reply, Done done) {
+  auto response = std::make_shared<LookupResponse>();
+  LookupAsync(request, response.get(),
+              [response, reply, done = std::move(done)](absl::Status status) {
+                if (status.ok()) {
+                  auto bytes = std::make_shared<std::string>(response->SerializeAsString());
+                  reply->Set({absl::string_view(*bytes)}, bytes);
+                }
+                done(std::move(status));
+              });
+}
 
 absl::Status PsClient::CreateShards(const CreateShardsRequest& request,
                                     CreateShardsResponse* response) {

@@ -4,12 +4,34 @@
 #define PSTRAIN_PS_PS_CLIENT_H_
 
 #include <functional>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "proto/ps_service.pb.h"
 
 namespace pstrain {
+
+// A Lookup reply as it arrived, unparsed: LookupResponse's wire format in one or more chunks whose
+// memory `owner` keeps alive (for gRPC, the received slices, not copied). It lets LookupBatch copy
+// each row straight to where the caller wants it instead of first into protobuf strings.
+class LookupWireReply {
+ public:
+  void Set(std::vector<absl::string_view> chunks, std::shared_ptr<const void> owner) {
+    chunks_ = std::move(chunks);
+    owner_ = std::move(owner);
+  }
+  // One value per op (LookupResponse.values), each as the pieces of the chunks it spans.
+  // Errors: kInternal naming what is malformed (a field other than values, a cut length or value).
+  absl::StatusOr<std::vector<std::vector<absl::string_view>>> Values() const;
+
+ private:
+  std::vector<absl::string_view> chunks_;
+  std::shared_ptr<const void> owner_;
+};
 
 // Thread-safe. Async calls return at once and run `done` exactly once, on some other thread, with
 // the call's status; the request and response must stay alive until then. Errors are the ps
@@ -29,6 +51,9 @@ class PsClient {
   virtual void ListShardsAsync(const ListShardsRequest* request, ListShardsResponse* response,
                                Done done) = 0;
   virtual void LookupAsync(const LookupRequest* request, LookupResponse* response, Done done) = 0;
+  // Lookup with the reply left in wire format. The default runs LookupAsync and serializes its
+  // response into one chunk; the gRPC client hands over the received slices as they are.
+  virtual void LookupWireAsync(const LookupRequest* request, LookupWireReply* reply, Done done);
   virtual void ReadAsync(const ReadRequest* request, ReadResponse* response, Done done) = 0;
   virtual void UpdateAsync(const UpdateRequest* request, UpdateResponse* response, Done done) = 0;
   // Liveness and identity (fails fast with kUnavailable when the ps is down).

@@ -199,24 +199,45 @@ absl::Status LookupBatch::Add(const ShardedVariable& v, absl::Span<const int64_t
 
 absl::Status LookupBatch::Run() {
   RETURN_IF_ERROR(SendAll(per_ps_, [](PerPs& p, PsClient::Done done) {
-    p.client->LookupAsync(&p.request, &p.response, std::move(done));
+    p.client->LookupWireAsync(&p.request, &p.reply, std::move(done));
   }));
   for (auto& [client, p] : per_ps_) {
-    if (p.response.values_size() != p.request.ops_size()) {
-      return absl::InternalError(absl::StrCat(client->name(), ": ", p.response.values_size(),
+    absl::StatusOr<std::vector<std::vector<absl::string_view>>> values = p.reply.Values();
+    if (!values.ok()) {
+      return absl::InternalError(absl::StrCat(client->name(), ": ", values.status().message()));
+    }
+    if (values->size() != p.targets.size()) {
+      return absl::InternalError(absl::StrCat(client->name(), ": ", values->size(),
                                               " results for ", p.request.ops_size(), " lookups"));
     }
     for (size_t i = 0; i < p.targets.size(); ++i) {
       const Target& t = p.targets[i];
       const int64_t row_bytes = t.v->row_bytes();
-      const std::string& rows = p.response.values(static_cast<int>(i));
-      if (static_cast<int64_t>(rows.size()) != static_cast<int64_t>(t.first_pos.size()) * row_bytes) {
+      const std::vector<absl::string_view>& pieces = (*values)[i];
+      int64_t size = 0;
+      for (absl::string_view piece : pieces) size += static_cast<int64_t>(piece.size());
+      if (size != static_cast<int64_t>(t.first_pos.size()) * row_bytes) {
         return absl::InternalError(absl::StrCat(client->name(), ": lookup of \"",
-                                                p.request.ops(i).shard(), "\" returned ",
-                                                rows.size(), " bytes"));
+                                                p.request.ops(i).shard(), "\" returned ", size,
+                                                " bytes"));
       }
+      // Row j goes to its caller position; a row may straddle two pieces.
+      size_t piece = 0, at = 0;
       for (size_t j = 0; j < t.first_pos.size(); ++j) {
-        std::memcpy(t.out + t.first_pos[j] * row_bytes, rows.data() + j * row_bytes, row_bytes);
+        char* dst = t.out + t.first_pos[j] * row_bytes;
+        int64_t left = row_bytes;
+        while (left > 0) {
+          while (at == pieces[piece].size()) {
+            ++piece;
+            at = 0;
+          }
+          const int64_t take =
+              std::min<int64_t>(left, static_cast<int64_t>(pieces[piece].size() - at));
+          std::memcpy(dst, pieces[piece].data() + at, take);
+          dst += take;
+          at += take;
+          left -= take;
+        }
       }
     }
   }

@@ -95,7 +95,7 @@ class LookupBatch {
   struct PerPs {
     PsClient* client = nullptr;
     LookupRequest request;
-    LookupResponse response;
+    LookupWireReply reply;
     std::vector<Target> targets;  // one per op in `request`
   };
   struct Fixup {  // repeated ids: copy row from position `from` to `to` after the fetch
