@@ -3,14 +3,12 @@
 #include <cstdlib>
 #include <fstream>
 #include <random>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/trainer.h"
+#include "models/train_in_process.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "common/test_util.h"
-#include "tests/in_process_cluster.h"
 
 namespace pstrain {
 namespace {
@@ -142,13 +140,6 @@ TEST(FashionMnistMlpTrainTest, ToyData_TwoWorkersTwoPs_LearnsAndReportsMetrics) 
   const std::string dir = TempDir();
   WriteToySplit(dir, "train", /*count=*/600, /*seed=*/1);
   WriteToySplit(dir, "t10k", /*count=*/150, /*seed=*/2);
-  InProcessClusterOptions cluster_options;
-  cluster_options.num_workers = 2;
-  cluster_options.num_ps = 2;
-  cluster_options.registry = Registry();
-  auto cluster = InProcessCluster::Start(cluster_options);
-  ASSERT_TRUE(cluster.ok()) << cluster.status();
-
   ModelOptions options;
   options.data = dir;
   options.epochs = 10;
@@ -157,12 +148,7 @@ TEST(FashionMnistMlpTrainTest, ToyData_TwoWorkersTwoPs_LearnsAndReportsMetrics) 
   options.extra = {{"hidden", "8,6"}, {"train_eval_examples", "250"}};
   auto model = CreateFashionMnistMlp(options);
   ASSERT_TRUE(model.ok()) << model.status();
-  TrainerOptions trainer;
-  trainer.checkpoint_dir = "";
-  trainer.restore = "none";
-  std::ostringstream progress;
-  trainer.progress.out = &progress;
-  auto result = Train((*cluster)->spec(), model->get(), trainer);
+  auto result = TrainInProcess(Registry(), /*workers=*/2, /*ps=*/2, model->get());
   ASSERT_TRUE(result.ok()) << result.status();
 
   EXPECT_EQ(result->end_step, 10 * 30);
@@ -184,13 +170,6 @@ TEST(FashionMnistMlpTrainTest, ToyData_NoAveraging_OnlyTrainedWeightsMetrics) {
   const std::string dir = TempDir();
   WriteToySplit(dir, "train", /*count=*/600, /*seed=*/3);
   WriteToySplit(dir, "t10k", /*count=*/150, /*seed=*/4);
-  InProcessClusterOptions cluster_options;
-  cluster_options.num_workers = 1;
-  cluster_options.num_ps = 2;
-  cluster_options.registry = Registry();
-  auto cluster = InProcessCluster::Start(cluster_options);
-  ASSERT_TRUE(cluster.ok()) << cluster.status();
-
   ModelOptions options;
   options.data = dir;
   options.epochs = 8;
@@ -202,12 +181,7 @@ TEST(FashionMnistMlpTrainTest, ToyData_NoAveraging_OnlyTrainedWeightsMetrics) {
                    {"steps_per_worker", "2"}};
   auto model = CreateFashionMnistMlp(options);
   ASSERT_TRUE(model.ok()) << model.status();
-  TrainerOptions trainer;
-  trainer.checkpoint_dir = "";
-  trainer.restore = "none";
-  std::ostringstream progress;
-  trainer.progress.out = &progress;
-  auto result = Train((*cluster)->spec(), model->get(), trainer);
+  auto result = TrainInProcess(Registry(), /*workers=*/1, /*ps=*/2, model->get());
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_GT(result->metrics.values["test_accuracy"], 0.9);
   EXPECT_EQ(result->metrics.values.count("last_test_accuracy"), 0u);
@@ -220,13 +194,6 @@ TEST(FashionMnistMlpTrainTest, ToyData_FourReplicas_Learns) {
   const std::string dir = TempDir();
   WriteToySplit(dir, "train", /*count=*/600, /*seed=*/1);
   WriteToySplit(dir, "t10k", /*count=*/150, /*seed=*/2);
-  InProcessClusterOptions cluster_options;
-  cluster_options.num_workers = 1;
-  cluster_options.num_ps = 1;
-  cluster_options.registry = Registry();
-  auto cluster = InProcessCluster::Start(cluster_options);
-  ASSERT_TRUE(cluster.ok()) << cluster.status();
-
   ModelOptions options;
   options.data = dir;
   options.epochs = 10;
@@ -237,12 +204,7 @@ TEST(FashionMnistMlpTrainTest, ToyData_FourReplicas_Learns) {
   options.extra = {{"hidden", "8,6"}, {"train_eval_examples", "250"}};
   auto model = CreateFashionMnistMlp(options);
   ASSERT_TRUE(model.ok()) << model.status();
-  TrainerOptions trainer;
-  trainer.checkpoint_dir = "";
-  trainer.restore = "none";
-  std::ostringstream progress;
-  trainer.progress.out = &progress;
-  auto result = Train((*cluster)->spec(), model->get(), trainer);
+  auto result = TrainInProcess(Registry(), /*workers=*/1, /*ps=*/1, model->get());
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->end_step, 10 * 30);
   EXPECT_GT(result->metrics.values["test_accuracy"], 0.9);
@@ -255,12 +217,6 @@ TEST(FashionMnistMlpTrainTest, Cuda_WithoutGpuFailsClearly_WithGpuTrains) {
   const std::string dir = TempDir();
   WriteToySplit(dir, "train", /*count=*/100, /*seed=*/1);
   WriteToySplit(dir, "t10k", /*count=*/50, /*seed=*/2);
-  InProcessClusterOptions cluster_options;
-  cluster_options.num_workers = 1;
-  cluster_options.num_ps = 1;
-  cluster_options.registry = Registry();
-  auto cluster = InProcessCluster::Start(cluster_options);
-  ASSERT_TRUE(cluster.ok()) << cluster.status();
   ModelOptions options;
   options.data = dir;
   options.epochs = 1;
@@ -269,12 +225,7 @@ TEST(FashionMnistMlpTrainTest, Cuda_WithoutGpuFailsClearly_WithGpuTrains) {
   options.extra = {{"hidden", "8"}, {"average_epochs", "0"}};
   auto model = CreateFashionMnistMlp(options);
   ASSERT_TRUE(model.ok()) << model.status();
-  TrainerOptions trainer;
-  trainer.checkpoint_dir = "";
-  trainer.restore = "none";
-  std::ostringstream progress;
-  trainer.progress.out = &progress;
-  auto result = Train((*cluster)->spec(), model->get(), trainer);
+  auto result = TrainInProcess(Registry(), /*workers=*/1, /*ps=*/1, model->get());
   DeviceOptions cuda;
   cuda.kind = DeviceOptions::Kind::kCuda;
   if (CreateDevice(cuda).ok()) {
@@ -285,21 +236,11 @@ TEST(FashionMnistMlpTrainTest, Cuda_WithoutGpuFailsClearly_WithGpuTrains) {
 }
 
 TEST(FashionMnistMlpTrainTest, MissingData_SetupNotFoundNamingTheFile) {
-  InProcessClusterOptions cluster_options;
-  cluster_options.num_workers = 1;
-  cluster_options.registry = Registry();
-  auto cluster = InProcessCluster::Start(cluster_options);
-  ASSERT_TRUE(cluster.ok()) << cluster.status();
   ModelOptions options;
   options.data = TempDir() + "/no_such_dir";
   auto model = CreateFashionMnistMlp(options);
   ASSERT_TRUE(model.ok()) << model.status();
-  TrainerOptions trainer;
-  trainer.checkpoint_dir = "";
-  trainer.restore = "none";
-  std::ostringstream progress;
-  trainer.progress.out = &progress;
-  EXPECT_THAT(Train((*cluster)->spec(), model->get(), trainer),
+  EXPECT_THAT(TrainInProcess(Registry(), /*workers=*/1, /*ps=*/1, model->get()),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("no_such_dir/train-labels")));
 }
 

@@ -3,15 +3,13 @@
 #include <cstdlib>
 #include <fstream>
 #include <random>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/test_util.h"
-#include "coordinator/trainer.h"
+#include "models/train_in_process.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/in_process_cluster.h"
 
 namespace pstrain {
 namespace {
@@ -118,13 +116,6 @@ std::shared_ptr<const ClosureRegistry> Registry() {
 // The whole model on a real in-process cluster (2 workers, 2 ps, hashed tables split over both):
 // both it and the baseline learn the toy signal, and every metric is reported.
 TEST(FlightsCtrTrainTest, ToyData_TwoWorkersTwoPs_LearnsAndReportsMetrics) {
-  InProcessClusterOptions cluster_options;
-  cluster_options.num_workers = 2;
-  cluster_options.num_ps = 2;
-  cluster_options.registry = Registry();
-  auto cluster = InProcessCluster::Start(cluster_options);
-  ASSERT_TRUE(cluster.ok()) << cluster.status();
-
   ModelOptions options;
   options.data = WriteToyFlights(/*rows=*/6000);
   options.epochs = 3;
@@ -132,12 +123,7 @@ TEST(FlightsCtrTrainTest, ToyData_TwoWorkersTwoPs_LearnsAndReportsMetrics) {
   options.extra = {{"hash_rows", "4096"}, {"hidden", "8"}, {"min_shard_bytes", "65536"}};
   auto model = CreateFlightsCtr(options);
   ASSERT_TRUE(model.ok()) << model.status();
-  TrainerOptions trainer;
-  trainer.checkpoint_dir = "";
-  trainer.restore = "none";
-  std::ostringstream progress;
-  trainer.progress.out = &progress;
-  auto result = Train((*cluster)->spec(), model->get(), trainer);
+  auto result = TrainInProcess(Registry(), /*workers=*/2, /*ps=*/2, model->get());
   ASSERT_TRUE(result.ok()) << result.status();
 
   EXPECT_EQ(result->end_step, 3 * 100);
@@ -156,13 +142,6 @@ TEST(FlightsCtrTrainTest, ToyData_TwoWorkersTwoPs_LearnsAndReportsMetrics) {
 // Each worker splits its batches over 3 CPU replicas (the path a worker with 3 GPUs takes, with
 // the CPU's all-reduce): it learns as well.
 TEST(FlightsCtrTrainTest, ToyData_ThreeReplicasPerWorker_Learns) {
-  InProcessClusterOptions cluster_options;
-  cluster_options.num_workers = 2;
-  cluster_options.num_ps = 1;
-  cluster_options.registry = Registry();
-  auto cluster = InProcessCluster::Start(cluster_options);
-  ASSERT_TRUE(cluster.ok()) << cluster.status();
-
   ModelOptions options;
   options.data = WriteToyFlights(/*rows=*/6000);
   options.epochs = 3;
@@ -172,12 +151,7 @@ TEST(FlightsCtrTrainTest, ToyData_ThreeReplicasPerWorker_Learns) {
   options.extra = {{"hash_rows", "4096"}, {"hidden", "8"}};
   auto model = CreateFlightsCtr(options);
   ASSERT_TRUE(model.ok()) << model.status();
-  TrainerOptions trainer;
-  trainer.checkpoint_dir = "";
-  trainer.restore = "none";
-  std::ostringstream progress;
-  trainer.progress.out = &progress;
-  auto result = Train((*cluster)->spec(), model->get(), trainer);
+  auto result = TrainInProcess(Registry(), /*workers=*/2, /*ps=*/1, model->get());
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->end_step, 3 * 100);
   EXPECT_GT(result->metrics.values.at("test_auc"), 0.78);
@@ -185,22 +159,12 @@ TEST(FlightsCtrTrainTest, ToyData_ThreeReplicasPerWorker_Learns) {
 }
 
 TEST(FlightsCtrTrainTest, MissingData_SetupNotFoundNamingTheFile) {
-  InProcessClusterOptions cluster_options;
-  cluster_options.num_workers = 1;
-  cluster_options.registry = Registry();
-  auto cluster = InProcessCluster::Start(cluster_options);
-  ASSERT_TRUE(cluster.ok()) << cluster.status();
   ModelOptions options;
   options.data = TempDir() + "/no_such_flights.csv";
   options.extra = {{"hash_rows", "64"}};
   auto model = CreateFlightsCtr(options);
   ASSERT_TRUE(model.ok()) << model.status();
-  TrainerOptions trainer;
-  trainer.checkpoint_dir = "";
-  trainer.restore = "none";
-  std::ostringstream progress;
-  trainer.progress.out = &progress;
-  EXPECT_THAT(Train((*cluster)->spec(), model->get(), trainer),
+  EXPECT_THAT(TrainInProcess(Registry(), /*workers=*/1, /*ps=*/1, model->get()),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("no_such_flights.csv")));
 }
 
