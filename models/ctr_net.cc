@@ -169,17 +169,8 @@ absl::Status CtrReplicatedStep(ReplicaGroup* group, const CtrNetShape& shape,
   const int64_t n = host.n;
   const CtrGradLayout layout(shape, host.num_unique);
   grads->resize(layout.size);
-  std::vector<DeviceBuffer> owned(replicas);  // the gradients that are not `grads` itself
-  std::vector<float*> replica_grads(replicas);
   std::vector<double> losses(replicas), lr_losses(replicas);
-  RETURN_IF_ERROR(group->Run([&](int r, Device* device) -> absl::Status {
-    // On the CPU replica 0 writes straight into `grads`; every other replica has a buffer.
-    if (r == 0 && device->host_memory()) {
-      replica_grads[r] = grads->data();
-    } else {
-      ASSIGN_OR_RETURN(owned[r], device->Allocate(layout.size * 4));
-      replica_grads[r] = owned[r].as<float>();
-    }
+  auto step = [&](int r, Device* device, float* replica_grads) -> absl::Status {
     HostInputs in(device);
     CtrBatch batch;
     CtrDenseParams params;
@@ -189,21 +180,16 @@ absl::Status CtrReplicatedStep(ReplicaGroup* group, const CtrNetShape& shape,
     RETURN_IF_ERROR(net.Forward(batch, params));
     float replica_loss = 0, replica_lr_loss = 0;
     RETURN_IF_ERROR(
-        net.Backward(batch, params, replica_grads[r], &replica_loss, &replica_lr_loss));
+        net.Backward(batch, params, replica_grads, &replica_loss, &replica_lr_loss));
     const double weight = group->Weight(n, r);
     losses[r] = weight * replica_loss;
     lr_losses[r] = weight * replica_lr_loss;
     if (replicas == 1) return absl::OkStatus();
     RETURN_IF_ERROR(device->Scale(layout.size - layout.w1, static_cast<float>(weight),
-                                  replica_grads[r] + layout.w1));
+                                  replica_grads + layout.w1));
     return device->Synchronize();  // before `in` and `net` free what the ops read
-  }));
-  if (replicas > 1) RETURN_IF_ERROR(group->AllReduceSum(replica_grads, layout.size));
-  if (replica_grads[0] != grads->data()) {
-    RETURN_IF_ERROR(
-        group->device(0)->CopyToHost(replica_grads[0], grads->data(), layout.size * 4));
-  }
-  for (int r = 0; r < replicas; ++r) RETURN_IF_ERROR(group->device(r)->Synchronize());
+  };
+  RETURN_IF_ERROR(group->RunAndSum(grads->data(), layout.size, step));
   double total = 0, lr_total = 0;
   for (int r = 0; r < replicas; ++r) {
     total += losses[r];

@@ -133,34 +133,21 @@ absl::StatusOr<float> DenseMlp::ForwardBackward(ReplicaGroup* group, const float
   if (batch < 1) return absl::InvalidArgumentError(absl::StrCat("mlp: batch ", batch, " < 1"));
   const int replicas = group->num_replicas();
   const int64_t n = num_params();
-  std::vector<DeviceBuffer> owned(replicas);  // the gradients that are not `grads` itself
-  std::vector<float*> replica_grads(replicas);
   std::vector<double> losses(replicas, 0.0);
-  RETURN_IF_ERROR(group->Run([&](int r, Device* device) -> absl::Status {
-    // On the CPU replica 0 writes straight into `grads`; every other replica has a buffer.
-    if (r == 0 && device->host_memory()) {
-      replica_grads[r] = grads;
-    } else {
-      ASSIGN_OR_RETURN(owned[r], Floats(device, n));
-      replica_grads[r] = owned[r].as<float>();
-    }
+  auto step = [&](int r, Device* device, float* replica_grads) -> absl::Status {
     const BatchSlice part = group->Slice(batch, r);
-    if (part.size == 0) return device->Zero(replica_grads[r], n * 4);
+    if (part.size == 0) return device->Zero(replica_grads, n * 4);
     HostInputs in(device);
     ASSIGN_OR_RETURN(const float* p, in.Put(params, n));
     ASSIGN_OR_RETURN(const float* xs, in.Put(x + part.begin * inputs(), part.size * inputs()));
     ASSIGN_OR_RETURN(const int32_t* ys, in.Put(labels + part.begin, part.size));
-    ASSIGN_OR_RETURN(float loss, ForwardBackward(device, p, part.size, xs, ys, replica_grads[r]));
+    ASSIGN_OR_RETURN(float loss, ForwardBackward(device, p, part.size, xs, ys, replica_grads));
     const double weight = group->Weight(batch, r);
     losses[r] = weight * loss;
     if (replicas == 1) return absl::OkStatus();
-    return device->Scale(n, static_cast<float>(weight), replica_grads[r]);
-  }));
-  if (replicas > 1) RETURN_IF_ERROR(group->AllReduceSum(replica_grads, n));
-  if (replica_grads[0] != grads) {
-    RETURN_IF_ERROR(group->device(0)->CopyToHost(replica_grads[0], grads, n * 4));
-  }
-  for (int r = 0; r < replicas; ++r) RETURN_IF_ERROR(group->device(r)->Synchronize());
+    return device->Scale(n, static_cast<float>(weight), replica_grads);
+  };
+  RETURN_IF_ERROR(group->RunAndSum(grads, n, step));
   double loss = 0;
   for (double l : losses) loss += l;
   return static_cast<float>(loss);

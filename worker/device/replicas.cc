@@ -109,6 +109,29 @@ absl::Status ReplicaGroup::Run(const std::function<absl::Status(int r, Device* d
   return absl::OkStatus();
 }
 
+absl::Status ReplicaGroup::RunAndSum(
+    float* grads, int64_t n,
+    const std::function<absl::Status(int r, Device* device, float* replica_grads)>& step) {
+  const int replicas = num_replicas();
+  std::vector<DeviceBuffer> owned(replicas);  // the buffers that are not `grads` itself
+  std::vector<float*> replica_grads(replicas);
+  RETURN_IF_ERROR(Run([&](int r, Device* device) -> absl::Status {
+    if (r == 0 && device->host_memory()) {
+      replica_grads[r] = grads;
+    } else {
+      ASSIGN_OR_RETURN(owned[r], device->Allocate(n * static_cast<int64_t>(sizeof(float))));
+      replica_grads[r] = owned[r].as<float>();
+    }
+    return step(r, device, replica_grads[r]);
+  }));
+  if (replicas > 1) RETURN_IF_ERROR(AllReduceSum(replica_grads, n));
+  if (replica_grads[0] != grads) {
+    RETURN_IF_ERROR(device(0)->CopyToHost(replica_grads[0], grads, n * sizeof(float)));
+  }
+  for (int r = 0; r < replicas; ++r) RETURN_IF_ERROR(device(r)->Synchronize());
+  return absl::OkStatus();
+}
+
 absl::Status ReplicaGroup::AllReduceSum(absl::Span<float* const> buffers, int64_t n) {
   if (buffers.size() != devices_.size()) {
     return absl::InvalidArgumentError(absl::StrCat("ReplicaGroup::AllReduceSum: ",

@@ -92,6 +92,16 @@ class ReplicaGroup {
   // when all have returned: OK, or the error of the lowest-numbered replica that failed.
   absl::Status Run(const std::function<absl::Status(int r, Device* device)>& fn);
 
+  // One data-parallel step into a host buffer: runs step(r, device(r), replica_grads) for every
+  // replica at once, replica_grads being n floats of device(r)'s memory (on a host-memory device,
+  // replica 0 gets `grads` itself, saving a copy), which the step overwrites (each replica weighting
+  // its part as it needs); then sums the buffers across replicas (AllReduceSum), leaves the sum in
+  // `grads` (host memory, n floats) and waits for every device. Errors: the lowest-numbered failing
+  // replica's, Allocate's, AllReduceSum's and the copy's.
+  absl::Status RunAndSum(
+      float* grads, int64_t n,
+      const std::function<absl::Status(int r, Device* device, float* replica_grads)>& step);
+
   // Sums n floats across replicas: buffers[r] is replica r's (device(r)'s memory), and afterwards
   // every buffer holds the sum. GPUs: an NCCL all-reduce, enqueued after the work each device has
   // been given (wait with device(r)->Synchronize() or a CopyToHost()); CPU: a plain sum.

@@ -307,6 +307,36 @@ TEST_F(GpuReplicaGroupTest, AllGpus_NcclAllReduceSum_MatchesCpuSum) {
   }
 }
 
+TEST(ReplicaGroupTest, RunAndSum_CpuReplicas_SumLandsInTheHostBuffer) {
+  for (const int replicas : {1, 3}) {
+    std::unique_ptr<ReplicaGroup> group = MakeGroup(DeviceOptions::Kind::kCpu, replicas);
+    ASSERT_NE(group, nullptr);
+    std::vector<float> grads(5, -1.0f);
+    std::vector<float*> seen(replicas);
+    ASSERT_TRUE(group
+                    ->RunAndSum(grads.data(), 5,
+                                [&](int r, Device* device, float* replica_grads) {
+                                  seen[r] = replica_grads;
+                                  for (int i = 0; i < 5; ++i) replica_grads[i] = (r + 1) * i;
+                                  return absl::OkStatus();
+                                })
+                    .ok());
+    const float total = replicas * (replicas + 1) / 2.0f;  // 1 + 2 + ... + replicas
+    for (int i = 0; i < 5; ++i) EXPECT_EQ(grads[i], total * i) << replicas << " replicas, " << i;
+    EXPECT_EQ(seen[0], grads.data()) << "the CPU's replica 0 writes the host buffer itself";
+  }
+  std::unique_ptr<ReplicaGroup> group = MakeGroup(DeviceOptions::Kind::kCpu, 2);
+  std::vector<float> grads(3);
+  EXPECT_EQ(group
+                ->RunAndSum(grads.data(), 3,
+                            [](int r, Device*, float*) {
+                              return r == 1 ? absl::InvalidArgumentError("replica 1 failed")
+                                            : absl::OkStatus();
+                            })
+                .message(),
+            "replica 1 failed");
+}
+
 TEST_F(GpuReplicaGroupTest, AllGpus_DataParallelStep_MatchesCpuFullBatchGradient) {
   std::mt19937 rng(19);
   const int64_t batch = 101;
