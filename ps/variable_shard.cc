@@ -37,6 +37,8 @@ const char* KindName(UpdateOp::Kind kind) {
 VariableShard::VariableShard(VariableShardDef def)
     : def_(std::move(def)) {}
 
+namespace {
+
 // Rows ahead to prefetch in sparse loops: enough to overlap several cache misses.
 constexpr int64_t kPrefetchAhead = 16;
 
@@ -46,6 +48,22 @@ constexpr int64_t kMinRowsPerPiece = 4096;
 
 int64_t Pieces(ThreadPool* pool, int64_t rows) {
   return pool == nullptr ? 1 : std::max<int64_t>(1, rows / kMinRowsPerPiece);
+}
+
+}  // namespace
+
+template <typename Fn>
+void VariableShard::ForEachRow(absl::string_view ids, int64_t begin, int64_t end, bool with_slots,
+                               Fn fn) const {
+  const int64_t offset = row_offset();
+  auto row_of = [&](int64_t i) { return LoadId(ids.data() + 8 * i) - offset; };
+  for (int64_t i = begin; i < std::min(end, begin + kPrefetchAhead); ++i) {
+    Prefetch(row_of(i), with_slots);
+  }
+  for (int64_t i = begin; i < end; ++i) {
+    if (i + kPrefetchAhead < end) Prefetch(row_of(i + kPrefetchAhead), with_slots);
+    fn(i, row_of(i));
+  }
 }
 
 absl::StatusOr<std::unique_ptr<VariableShard>> VariableShard::Create(const VariableShardDef& def,
@@ -162,20 +180,12 @@ absl::Status VariableShard::ValidateLookup(absl::string_view ids) const {
 
 void VariableShard::Lookup(absl::string_view ids, char* out, ThreadPool* pool) const {
   const int64_t n = ids.size() / 8;
-  const int64_t offset = row_offset();
   const char* values = values_.data();
   ParallelRanges(pool, n, Pieces(pool, n), [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < std::min(end, begin + kPrefetchAhead); ++i) {
-      Prefetch(LoadId(ids.data() + 8 * i) - offset, false);
-    }
-    for (int64_t i = begin; i < end; ++i) {
-      if (i + kPrefetchAhead < end) {
-        Prefetch(LoadId(ids.data() + 8 * (i + kPrefetchAhead)) - offset, false);
-      }
-      const int64_t row = LoadId(ids.data() + 8 * i) - offset;
+    ForEachRow(ids, begin, end, /*with_slots=*/false, [&](int64_t i, int64_t row) {
       RowLockGuard lock(locks_.get(), row);
       std::memcpy(out + i * row_bytes_, values + row * row_bytes_, row_bytes_);
-    }
+    });
   });
 }
 
@@ -302,7 +312,6 @@ void VariableShard::UpdateRowLocked(UpdateOp::Kind kind, int64_t row, const char
 void VariableShard::ApplySparseGradient(absl::string_view ids, const float* grads,
                                         ThreadPool* pool) {
   const int64_t n = ids.size() / 8;
-  const int64_t offset = row_offset();
   const StepScalars scalars = optimizer_->Prepare(apply_count_.fetch_add(1) + 1);
   // Sum repeated ids first (as TF's sparse apply does): the optimizer sees each row once.
   // src[i] is the gradient that position i applies: its own row of the request, the sum (for the
@@ -341,20 +350,13 @@ void VariableShard::ApplySparseGradient(absl::string_view ids, const float* grad
   float* const values = reinterpret_cast<float*>(values_.data());
   // The positions now name distinct rows: pieces of them can run at once.
   ParallelRanges(pool, n, Pieces(pool, n), [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < std::min(end, begin + kPrefetchAhead); ++i) {
-      Prefetch(LoadId(ids.data() + 8 * i) - offset, true);
-    }
-    for (int64_t i = begin; i < end; ++i) {
-      if (i + kPrefetchAhead < end) {
-        Prefetch(LoadId(ids.data() + 8 * (i + kPrefetchAhead)) - offset, true);
-      }
-      if (src[i] == nullptr) continue;
-      const int64_t row = LoadId(ids.data() + 8 * i) - offset;
+    ForEachRow(ids, begin, end, /*with_slots=*/true, [&](int64_t i, int64_t row) {
+      if (src[i] == nullptr) return;
       float* slot_rows[4];
       for (int s = 0; s < num_slots; ++s) slot_rows[s] = slot_base[s] + row * width_;
       RowLockGuard lock(locks_.get(), row);
       optimizer_->ApplyRow(values + row * width_, slot_rows, src[i], width_, scalars);
-    }
+    });
   });
 }
 
@@ -372,15 +374,12 @@ void VariableShard::Update(const UpdateOp& op, ThreadPool* pool) {
       }
       return;
     }
-    const int64_t n = op.ids().size() / 8;
-    for (int64_t i = 0; i < n; ++i) {
-      if (i + kPrefetchAhead < n) {
-        Prefetch(LoadId(op.ids().data() + 8 * (i + kPrefetchAhead)) - row_offset(), false);
-      }
-      const int64_t row = LoadId(op.ids().data() + 8 * i) - row_offset();
-      RowLockGuard lock(locks_.get(), row);
-      UpdateRowLocked(op.kind(), row, values + i * row_bytes_, StepScalars());
-    }
+    // In order, on this thread: with repeated ids, the last assign wins.
+    ForEachRow(op.ids(), 0, static_cast<int64_t>(op.ids().size() / 8), /*with_slots=*/false,
+               [&](int64_t i, int64_t row) {
+                 RowLockGuard lock(locks_.get(), row);
+                 UpdateRowLocked(op.kind(), row, values + i * row_bytes_, StepScalars());
+               });
     return;
   }
   int64_t begin = 0, end = 0;

@@ -90,6 +90,10 @@ class VariableShard {
       for (int64_t b = 0; b < row_bytes_; b += 64) __builtin_prefetch(p + b, /*rw=*/1);
     }
   }
+  // Calls fn(i, local row of ids[i]) for i in [begin, end) in order, prefetching rows (and slots)
+  // kPrefetchAhead positions ahead.
+  template <typename Fn>
+  void ForEachRow(absl::string_view ids, int64_t begin, int64_t end, bool with_slots, Fn fn) const;
   // Gradient apply for sparse ids, summing repeated ids first.
   void ApplySparseGradient(absl::string_view ids, const float* grads, ThreadPool* pool);
 
