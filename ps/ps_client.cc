@@ -7,6 +7,7 @@
 
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/notification.h"
+#include "google/protobuf/wire_format_lite.h"
 
 namespace pstrain {
 namespace {
@@ -45,7 +46,8 @@ absl::StatusOr<std::vector<std::vector<absl::string_view>>> LookupWireReply::Val
   while (next_chunk()) {
     uint8_t tag = 0;
     read_byte(&tag);
-    if (tag != ((1 << 3) | 2)) {  // LookupResponse.values: field 1, length-delimited
+    using google::protobuf::internal::WireFormatLite;  // LookupResponse.values: field 1, bytes
+    if (tag != WireFormatLite::MakeTag(1, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {
       return absl::InternalError(absl::StrCat("lookup reply: unexpected field tag ",
                                               static_cast<int>(tag), " after ", values.size(),
                                               " values"));

@@ -6,7 +6,9 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "google/protobuf/wire_format_lite.h"
 
 namespace pstrain {
 namespace {
@@ -126,48 +128,28 @@ absl::Status VariableStore::Lookup(const LookupRequest& request, LookupResponse*
   return absl::OkStatus();
 }
 
-namespace {
-
-// Appends `value` as a protobuf varint at `out`; returns the byte after it.
-char* PutVarint(uint64_t value, char* out) {
-  while (value >= 0x80) {
-    *out++ = static_cast<char>(value | 0x80);
-    value >>= 7;
-  }
-  *out++ = static_cast<char>(value);
-  return out;
-}
-
-int VarintSize(uint64_t value) {
-  int size = 1;
-  while (value >= 0x80) {
-    value >>= 7;
-    ++size;
-  }
-  return size;
-}
-
-}  // namespace
-
 absl::Status VariableStore::LookupSerialized(
     const LookupRequest& request, const std::function<char*(size_t bytes)>& allocate) const {
   ASSIGN_OR_RETURN(auto shards, FindAll(request.ops()));
   for (int i = 0; i < request.ops_size(); ++i) {
     RETURN_IF_ERROR(shards[i]->ValidateLookup(request.ops(i).ids()));
   }
-  // LookupResponse.values is field 1, length-delimited: tag byte (1 << 3) | 2, varint length.
-  constexpr char kValuesTag = (1 << 3) | 2;
+  // LookupResponse.values is field 1, length-delimited: a one-byte tag, then a varint length.
+  using google::protobuf::internal::WireFormatLite;
+  using google::protobuf::io::CodedOutputStream;
+  constexpr uint8_t kValuesTag =
+      WireFormatLite::MakeTag(1, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
   std::vector<uint64_t> lengths(request.ops_size());
   size_t total = 0;
   for (int i = 0; i < request.ops_size(); ++i) {
     lengths[i] = request.ops(i).ids().size() / 8 * shards[i]->row_bytes();
-    total += 1 + VarintSize(lengths[i]) + lengths[i];
+    total += 1 + CodedOutputStream::VarintSize64(lengths[i]) + lengths[i];
   }
-  char* out = allocate(total);
+  uint8_t* out = reinterpret_cast<uint8_t*>(allocate(total));
   for (int i = 0; i < request.ops_size(); ++i) {
     *out++ = kValuesTag;
-    out = PutVarint(lengths[i], out);
-    shards[i]->Lookup(request.ops(i).ids(), out, pool_.get());
+    out = CodedOutputStream::WriteVarint64ToArray(lengths[i], out);
+    shards[i]->Lookup(request.ops(i).ids(), reinterpret_cast<char*>(out), pool_.get());
     out += lengths[i];
   }
   return absl::OkStatus();
