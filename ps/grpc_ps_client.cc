@@ -1,9 +1,12 @@
 #include "ps/grpc_ps_client.h"
 
+#include <atomic>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
 #include "common/grpc_util.h"
+#include "common/zero_copy_message.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/support/byte_buffer.h"
@@ -20,7 +23,8 @@ class GrpcPsClient final : public PsClient {
         options_(options),
         channel_(CreateChannel(address)),
         stub_(PsService::NewStub(channel_)),
-        raw_lookup_(channel_) {}
+        raw_lookup_(channel_),
+        raw_update_(channel_) {}
 
   const std::string& name() const override { return name_; }
 
@@ -70,10 +74,33 @@ class GrpcPsClient final : public PsClient {
       stub_->async()->Read(c, request, response, std::move(cb));
     }, std::move(done));
   }
+  // The request's ids and values go out as slices over the request itself (ZeroCopyMessage), not
+  // copied first: `done` runs once the call has finished and gRPC has let go of that memory (both
+  // are counted down by `pending`), as the caller may free the request from `done`.
   void UpdateAsync(const UpdateRequest* request, UpdateResponse* response, Done done) override {
+    struct Pending {
+      std::atomic<int> count{2};
+      absl::Status status;
+      Done done;
+      void CountDown() {
+        if (count.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+          done(std::move(status));
+          delete this;
+        }
+      }
+    };
+    auto* pending = new Pending;
+    pending->done = std::move(done);
+    auto bytes = std::make_shared<grpc::ByteBuffer>(
+        ZeroCopyMessage(*request, [pending] { pending->CountDown(); }));
     Call([=](grpc::ClientContext* c, std::function<void(grpc::Status)> cb) {
-      stub_->async()->Update(c, request, response, std::move(cb));
-    }, std::move(done));
+      raw_update_.UnaryCall(c, "/pstrain.PsService/Update", grpc::StubOptions(), bytes.get(),
+                            response, std::move(cb));
+    }, [bytes, pending](absl::Status status) mutable {
+      bytes.reset();  // our reference to the slices
+      pending->status = std::move(status);
+      pending->CountDown();
+    });
   }
 
   void HealthAsync(const HealthRequest* request, HealthResponse* response, Done done) override {
@@ -119,6 +146,8 @@ class GrpcPsClient final : public PsClient {
   std::unique_ptr<PsService::Stub> stub_;
   // Lookup with the reply as raw bytes (LookupWireAsync).
   grpc::TemplatedGenericStub<LookupRequest, grpc::ByteBuffer> raw_lookup_;
+  // Update with the request serialized by ZeroCopyMessage.
+  grpc::TemplatedGenericStub<grpc::ByteBuffer, UpdateResponse> raw_update_;
 };
 
 }  // namespace

@@ -1,6 +1,14 @@
 // Memory for a shard's rows and slots. Large tables are mapped with transparent huge pages asked for
 // (madvise), so random row accesses miss the TLB far less often (this machine's random 64-byte gather
 // goes from ~25 to ~37 M rows/s with huge pages).
+//
+// A shard's tables are read and written together, row i of each (Adagrad: the value row and its
+// accumulator row). Mapped tables start at the same offset modulo 2 MiB, so those rows would share
+// their low 21 address bits, and the cache and memory hardware maps such addresses onto the same
+// sets/banks: on this machine a random Adagrad apply runs at ~7 M rows/s per core that way and at
+// ~15-19 M rows/s when the tables are staggered by a few cache lines (bench/ps_bench's
+// breakdown.server_adagrad_no_grpc). `stagger_lines` shifts the table's start by that many 64-byte
+// lines; a shard gives each of its tables a different one.
 #ifndef PSTRAIN_PS_TABLE_MEMORY_H_
 #define PSTRAIN_PS_TABLE_MEMORY_H_
 
@@ -16,7 +24,7 @@ class TableMemory {
 
   TableMemory() = default;
   // nullptr data() if the memory could not be had.
-  explicit TableMemory(size_t bytes);
+  explicit TableMemory(size_t bytes, size_t stagger_lines = 0);
   ~TableMemory();
   TableMemory(TableMemory&& other) noexcept;
   TableMemory& operator=(TableMemory&& other) noexcept;
@@ -32,6 +40,7 @@ class TableMemory {
   char* data_ = nullptr;
   size_t bytes_ = 0;
   bool mapped_ = false;
+  size_t stagger_bytes_ = 0;  // data_ - the start of the mapping
 };
 
 }  // namespace pstrain

@@ -42,6 +42,10 @@ namespace {
 // Rows ahead to prefetch in sparse loops: enough to overlap several cache misses.
 constexpr int64_t kPrefetchAhead = 16;
 
+// Slot s's table is staggered by (s + 1) times this many 64-byte lines (an odd count, so no two
+// tables of a shard share an offset modulo any power of two above 64 bytes).
+constexpr size_t kSlotStaggerLines = 67;
+
 // A request's rows are split into pieces of at least this many for the store's pool (below that,
 // waking a thread costs more than it saves: 4096 rows are ~100 us of work).
 constexpr int64_t kMinRowsPerPiece = 4096;
@@ -140,7 +144,10 @@ absl::StatusOr<std::unique_ptr<VariableShard>> VariableShard::Create(const Varia
   }
   if (shard->optimizer_ != nullptr) {
     for (int s = 0; s < shard->optimizer_->num_slots(); ++s) {
-      TableMemory slot(static_cast<size_t>(elements) * sizeof(float));
+      // Each slot table starts some cache lines after the values' and the other slots' (see
+      // TableMemory): row i of each is then not on the same cache sets and memory banks.
+      TableMemory slot(static_cast<size_t>(elements) * sizeof(float),
+                       /*stagger_lines=*/kSlotStaggerLines * (s + 1));
       if (slot.data() == nullptr) {
         return absl::ResourceExhaustedError(absl::StrCat(who, ": out of memory for slots"));
       }

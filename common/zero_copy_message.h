@@ -1,0 +1,31 @@
+// Sending a protobuf message through gRPC without copying its large bytes fields.
+//
+// gRPC's protobuf codec serializes a request into fresh slices: a push of 16K embedding gradients
+// copies its 1 MiB values field once more just before the kernel copies it into the socket.
+// ZeroCopyMessage serializes the small fields as usual and hands the large ones to gRPC as slices
+// that point into the message's own memory, so the message must stay alive, unchanged, until gRPC
+// has let go of them: `released` says when.
+#ifndef PSTRAIN_COMMON_ZERO_COPY_MESSAGE_H_
+#define PSTRAIN_COMMON_ZERO_COPY_MESSAGE_H_
+
+#include <functional>
+
+#include "google/protobuf/message_lite.h"
+#include "grpcpp/support/byte_buffer.h"
+
+namespace pstrain {
+
+// Fields at least this large are referenced, not copied.
+inline constexpr int kZeroCopyMinFieldBytes = 16 << 10;
+
+// `message` in wire format. Its bytes and string fields of kZeroCopyMinFieldBytes or more are
+// slices over the message's memory; `released` runs (once, on whichever thread drops the last
+// reference: the caller's, or one of gRPC's) when no slice refers to that memory any more: at once
+// inside this call if there is none, else when the returned buffer and every copy gRPC made of it
+// are gone. Until then `message` must not be changed or destroyed.
+grpc::ByteBuffer ZeroCopyMessage(const google::protobuf::MessageLite& message,
+                                 std::function<void()> released);
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_COMMON_ZERO_COPY_MESSAGE_H_
