@@ -397,8 +397,9 @@ void MeasureBreakdown(const Timing& timing, const SparseWorkload& w, const Limit
   });
   if (!r.status.ok()) Die(r.status, "local lookup");
   json j = Base("breakdown.server_lookup_no_grpc", r.per_sec() * rows_per_call / 1e6, "M rows/s");
-  j["detail"] = "VariableStore::Lookup called directly, one request at a time (its rows split over the store's pool as on a ps) (validate ids, allocate the "
-                "reply, row lock + 64-byte copy per id): the ps's work per lookup request";
+  j["detail"] = "VariableStore::Lookup called directly, one request at a time, its rows split "
+                "over the store's pool as on a ps (validate ids, allocate the reply, row lock + "
+                "64-byte copy per id): the ps's work per lookup request";
   j["us_per_request"] = Round(r.us_per_call(), 1);
   j["limit"] = limit();
   j["table"] = {w.rows, kWidth};
@@ -408,8 +409,8 @@ void MeasureBreakdown(const Timing& timing, const SparseWorkload& w, const Limit
   r = RunSerial(timing, [&] { return store.Update(w.updates[next++ % w.num_sets()]); });
   if (!r.status.ok()) Die(r.status, "local update");
   j = Base("breakdown.server_adagrad_no_grpc", r.per_sec() * rows_per_call / 1e6, "M rows/s");
-  j["detail"] = "VariableStore::Update (APPLY_GRADIENT, Adagrad) called directly, one request at a time (pool as on a ps); "
-                "requests hold the raw ids, so the ~" +
+  j["detail"] = "VariableStore::Update (APPLY_GRADIENT, Adagrad) called directly, one request "
+                "at a time (pool as on a ps); requests hold the raw ids, so the ~" +
                 std::to_string(static_cast<int>(w.ids_per_request - w.mean_distinct)) +
                 " repeated ids per request take the ps's summing path";
   j["us_per_request"] = Round(r.us_per_call(), 1);
