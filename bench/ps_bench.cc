@@ -267,8 +267,8 @@ VariableShardDef DenseDef(const std::string& name, int64_t rows, int64_t width) 
 // The sparse workload, built once: id sets and the requests that carry them. There are enough sets
 // for one pass over them to draw about as many ids as the table has rows (at least 16): a row comes
 // back only after the rest of the table has been touched, as with a uniform random stream, so the
-// figures are not flattered by rows still in the L3 cache (105 MiB here; 16 sets touched only 32 MiB
-// of rows and slots, and lookups ran ~1.5x faster from the cache).
+// figures are not flattered by rows still in the L3 cache (105 MiB here; 16 sets touched only
+// 32 MiB of rows and slots).
 struct SparseWorkload {
   int64_t rows = 0;
   int64_t ids_per_request = 0;
@@ -289,7 +289,8 @@ struct SparseWorkload {
     w.grads.resize(ids_per_request * kWidth);
     for (float& x : w.grads) x = g(rng);
     int64_t distinct = 0;
-    const int64_t sets = std::max<int64_t>(kMaxInFlight, (rows + ids_per_request - 1) / ids_per_request);
+    const int64_t sets =
+        std::max<int64_t>(kMaxInFlight, (rows + ids_per_request - 1) / ids_per_request);
     for (int s = 0; s < sets; ++s) {
       std::vector<int64_t> ids(ids_per_request);
       for (int64_t& x : ids) x = id(rng);
