@@ -38,6 +38,15 @@ class IdIndex {
     }
   }
 
+  // The position recorded for `id`, or -1.
+  int64_t Find(int64_t id) const {
+    for (uint64_t i = Hash(id) & mask_;; i = (i + 1) & mask_) {
+      const Slot& slot = slots_[i];
+      if (slot.generation != generation_) return -1;
+      if (slot.id == id) return slot.pos;
+    }
+  }
+
  private:
   // 16 bytes: a 16K-id batch's table (32K slots) is 512 KiB, within the core's L2.
   struct Slot {
@@ -58,6 +67,36 @@ class IdIndex {
 
 // This thread's index.
 IdIndex& ThreadIdIndex();
+
+// The repeats in a batch of ids: (first position, later position) for every position whose id
+// occurred earlier in the batch. Cheaper than an IdIndex over the whole batch when repeats are few,
+// as they are in a push (a client that summed its repeats sends none; 16K uniform ids from 4M rows
+// repeat ~31 times): one pass sets each id's hash bit in a bitmap of 16 bits per id (32 KiB for
+// 16K ids, so it stays in L1/L2 while an IdIndex's 512 KiB did not on a busy ps), and only the
+// ids whose bit was already set, ~1/32 of them, are candidates; a second pass finds the candidates'
+// first positions exactly. ~5 ns per id here against ~9 for an IdIndex.
+//
+// Not thread-safe: one per thread (ThreadRepeatFinder()).
+class RepeatFinder {
+ public:
+  struct Repeat {
+    int64_t first;  // position of the id's first occurrence
+    int64_t later;  // a later position with the same id
+  };
+  // The repeats among the n ids at `ids` (native int64, any alignment), in increasing `later`
+  // order. The result is valid until the next call.
+  const std::vector<Repeat>& Find(const char* ids, int64_t n);
+
+ private:
+  std::vector<uint64_t> seen_;        // the bitmap of the first pass
+  std::vector<uint64_t> candidate_;   // the candidates' bits
+  std::vector<int64_t> candidates_;   // positions whose bit was already set
+  IdIndex candidate_ids_, first_;
+  std::vector<Repeat> repeats_;
+};
+
+// This thread's finder.
+RepeatFinder& ThreadRepeatFinder();
 
 }  // namespace pstrain
 

@@ -53,5 +53,62 @@ TEST(IdIndexTest, RandomBatches_MatchAMap) {
   }
 }
 
+TEST(IdIndexTest, FindDoesNotInsert) {
+  IdIndex index;
+  index.Reset(4);
+  bool inserted = false;
+  index.FindOrInsert(5, 2, &inserted);
+  EXPECT_EQ(index.Find(5), 2);
+  EXPECT_EQ(index.Find(6), -1);
+  EXPECT_EQ(index.FindOrInsert(6, 3, &inserted), 3);
+  EXPECT_TRUE(inserted);
+}
+
+// What RepeatFinder must return: (first, later) for each later occurrence, in `later` order.
+std::vector<std::pair<int64_t, int64_t>> RepeatsOf(const std::vector<int64_t>& ids) {
+  std::map<int64_t, int64_t> first;
+  std::vector<std::pair<int64_t, int64_t>> repeats;
+  for (int64_t i = 0; i < static_cast<int64_t>(ids.size()); ++i) {
+    auto [it, fresh] = first.emplace(ids[i], i);
+    if (!fresh) repeats.emplace_back(it->second, i);
+  }
+  return repeats;
+}
+
+std::vector<std::pair<int64_t, int64_t>> Found(RepeatFinder& finder,
+                                               const std::vector<int64_t>& ids) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (const RepeatFinder::Repeat& r :
+       finder.Find(reinterpret_cast<const char*>(ids.data()), static_cast<int64_t>(ids.size()))) {
+    out.emplace_back(r.first, r.later);
+  }
+  return out;
+}
+
+TEST(RepeatFinderTest, SmallCases) {
+  RepeatFinder finder;
+  using Pairs = std::vector<std::pair<int64_t, int64_t>>;
+  EXPECT_EQ(Found(finder, {}), Pairs{});
+  EXPECT_EQ(Found(finder, {7}), Pairs{});
+  EXPECT_EQ(Found(finder, {7, 8, 9}), Pairs{});
+  EXPECT_EQ(Found(finder, {7, -3, 7, 1LL << 40, -3, 7}), (Pairs{{0, 2}, {1, 4}, {0, 5}}));
+  EXPECT_EQ(Found(finder, {4, 4, 4, 4}), (Pairs{{0, 1}, {0, 2}, {0, 3}}));
+  EXPECT_EQ(Found(finder, {1, 2}), Pairs{});  // nothing left over from the call before
+}
+
+TEST(RepeatFinderTest, RandomBatches_MatchAMap) {
+  std::mt19937_64 rng(5);
+  RepeatFinder finder;
+  for (int batch = 0; batch < 200; ++batch) {
+    const int64_t n = static_cast<int64_t>(rng() % 5000);
+    // From nearly all distinct to nearly all repeats; also ids that differ only in high bits.
+    const int64_t range = 1 + static_cast<int64_t>(rng() % (batch % 2 == 0 ? 100 : 1000000));
+    const int shift = batch % 3 == 0 ? 40 : 0;
+    std::vector<int64_t> ids(n);
+    for (int64_t& id : ids) id = static_cast<int64_t>(rng() % range) << shift;
+    ASSERT_EQ(Found(finder, ids), RepeatsOf(ids)) << "batch " << batch;
+  }
+}
+
 }  // namespace
 }  // namespace pstrain

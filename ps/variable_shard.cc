@@ -1,5 +1,6 @@
 #include "ps/variable_shard.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <new>
@@ -320,36 +321,34 @@ void VariableShard::ApplySparseGradient(absl::string_view ids, const float* grad
                                         ThreadPool* pool) {
   const int64_t n = ids.size() / 8;
   const StepScalars scalars = optimizer_->Prepare(apply_count_.fetch_add(1) + 1);
-  // Sum repeated ids first (as TF's sparse apply does): the optimizer sees each row once.
-  // src[i] is the gradient that position i applies: its own row of the request, the sum (for the
-  // first position of a repeated id; only those rows are copied), or null (a later repeat).
-  std::vector<const float*> src(n);
+  // Sum repeated ids first (as TF's sparse apply does): the optimizer sees each row once. Position
+  // i applies its own row of the request, except at the few positions in `overrides`, sorted by
+  // position: the first position of a repeated id applies the sum (in `sums`), later ones nothing.
+  struct Override {
+    int64_t pos;
+    const float* grad;  // null: skip
+  };
+  std::vector<Override> overrides;
   std::vector<float> sums;  // the summed rows, width_ floats each
-  std::vector<std::pair<int64_t, int64_t>> repeats;  // (first position, later position)
-  IdIndex& first = ThreadIdIndex();  // id -> first position
-  first.Reset(n);
-  for (int64_t i = 0; i < n; ++i) {
-    src[i] = grads + i * width_;
-    bool inserted = false;
-    const int64_t head = first.FindOrInsert(LoadId(ids.data() + 8 * i), i, &inserted);
-    if (!inserted) repeats.emplace_back(head, i);
-  }
+  const std::vector<RepeatFinder::Repeat>& repeats = ThreadRepeatFinder().Find(ids.data(), n);
   if (!repeats.empty()) {
     absl::flat_hash_map<int64_t, int64_t> sum_of;  // first position -> its row in `sums`
-    for (const auto& [head, pos] : repeats) sum_of.emplace(head, 0);
+    for (const RepeatFinder::Repeat& r : repeats) sum_of.emplace(r.first, 0);
     sums.resize(sum_of.size() * width_);
     int64_t next = 0;
-    for (auto& [head, row] : sum_of) {
+    for (auto& [first, row] : sum_of) {
       row = next++;
-      std::memcpy(sums.data() + row * width_, grads + head * width_, width_ * sizeof(float));
-      src[head] = sums.data() + row * width_;
+      std::memcpy(sums.data() + row * width_, grads + first * width_, width_ * sizeof(float));
+      overrides.push_back({first, sums.data() + row * width_});
     }
-    for (const auto& [head, pos] : repeats) {
-      float* sum = sums.data() + sum_of[head] * width_;
-      const float* g = grads + pos * width_;
+    for (const RepeatFinder::Repeat& r : repeats) {
+      float* sum = sums.data() + sum_of[r.first] * width_;
+      const float* g = grads + r.later * width_;
       for (int64_t k = 0; k < width_; ++k) sum[k] += g[k];
-      src[pos] = nullptr;
+      overrides.push_back({r.later, nullptr});
     }
+    std::sort(overrides.begin(), overrides.end(),
+              [](const Override& a, const Override& b) { return a.pos < b.pos; });
   }
   const int num_slots = static_cast<int>(slots_.size());
   float* slot_base[4];
@@ -357,12 +356,19 @@ void VariableShard::ApplySparseGradient(absl::string_view ids, const float* grad
   float* const values = reinterpret_cast<float*>(values_.data());
   // The positions now name distinct rows: pieces of them can run at once.
   ParallelRanges(pool, n, Pieces(pool, n), [&](int64_t begin, int64_t end) {
+    auto next = std::lower_bound(overrides.begin(), overrides.end(), begin,
+                                 [](const Override& o, int64_t pos) { return o.pos < pos; });
     ForEachRow(ids, begin, end, /*with_slots=*/true, [&](int64_t i, int64_t row) {
-      if (src[i] == nullptr) return;
+      const float* g = grads + i * width_;
+      if (next != overrides.end() && next->pos == i) {
+        g = next->grad;
+        ++next;
+        if (g == nullptr) return;
+      }
       float* slot_rows[4];
       for (int s = 0; s < num_slots; ++s) slot_rows[s] = slot_base[s] + row * width_;
       RowLockGuard lock(locks_.get(), row);
-      optimizer_->ApplyRow(values + row * width_, slot_rows, src[i], width_, scalars);
+      optimizer_->ApplyRow(values + row * width_, slot_rows, g, width_, scalars);
     });
   });
 }
