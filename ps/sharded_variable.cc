@@ -161,8 +161,9 @@ absl::Status ShardedVariable::ApplyDenseGradients(absl::string_view grads) const
 absl::Status LookupBatch::Add(const ShardedVariable& v, absl::Span<const int64_t> ids, char* out) {
   RETURN_IF_ERROR(CheckIds(v, ids));
   // Dedupe: each distinct id is fetched once, into the caller position where it first appears.
-  IdIndex& first_pos = ThreadIdIndex();
-  first_pos.Reset(static_cast<int64_t>(ids.size()));
+  const std::vector<RepeatFinder::Repeat>& repeats = ThreadRepeatFinder().Find(
+      reinterpret_cast<const char*>(ids.data()), static_cast<int64_t>(ids.size()));
+  auto repeat = repeats.begin();  // the next repeat, in position order
   Fixup fixup{out, v.row_bytes(), {}};
   // Per shard: the distinct ids and their first positions.
   const size_t num_shards = v.shards().size();
@@ -173,10 +174,9 @@ absl::Status LookupBatch::Add(const ShardedVariable& v, absl::Span<const int64_t
     shard_pos[0].reserve(ids.size());
   }
   for (size_t i = 0; i < ids.size(); ++i) {
-    bool inserted = false;
-    const int64_t first = first_pos.FindOrInsert(ids[i], static_cast<int64_t>(i), &inserted);
-    if (!inserted) {
-      fixup.copies.emplace_back(first, static_cast<int64_t>(i));
+    if (repeat != repeats.end() && repeat->later == static_cast<int64_t>(i)) {
+      fixup.copies.emplace_back(repeat->first, repeat->later);
+      ++repeat;
       continue;
     }
     const int s = num_shards == 1 ? 0 : v.ShardOf(ids[i]);
@@ -278,16 +278,16 @@ absl::Status UpdateBatch::AddSparse(const ShardedVariable& v, UpdateOp::Kind kin
     shard_ids[s].reserve(per_shard[s]);
     shard_values[s].reserve(per_shard[s] * row_bytes);
   }
-  IdIndex& seen = ThreadIdIndex();  // id -> its first position
-  seen.Reset(static_cast<int64_t>(ids.size()));
+  const std::vector<RepeatFinder::Repeat>& repeats = ThreadRepeatFinder().Find(
+      reinterpret_cast<const char*>(ids.data()), static_cast<int64_t>(ids.size()));
+  auto repeat = repeats.begin();  // the next repeat, in position order
   std::vector<int64_t> index_in_shard(ids.size());  // for first positions: where the row went
   for (size_t i = 0; i < ids.size(); ++i) {
     const char* row = values + i * row_bytes;
     const int s = shard_of[i];
-    bool inserted = false;
-    const int64_t first = seen.FindOrInsert(ids[i], static_cast<int64_t>(i), &inserted);
-    if (inserted) index_in_shard[i] = static_cast<int64_t>(shard_ids[s].size());
-    if (!inserted) {
+    if (repeat != repeats.end() && repeat->later == static_cast<int64_t>(i)) {
+      const int64_t first = repeat->first;
+      ++repeat;
       char* dst = shard_values[shard_of[first]].data() + index_in_shard[first] * row_bytes;
       if (sum_repeats) {
         float* d = reinterpret_cast<float*>(dst);
@@ -303,6 +303,8 @@ absl::Status UpdateBatch::AddSparse(const ShardedVariable& v, UpdateOp::Kind kin
         continue;
       }
       // int64 assign-add: send the repeat as is; the ps adds each.
+    } else {
+      index_in_shard[i] = static_cast<int64_t>(shard_ids[s].size());
     }
     shard_ids[s].push_back(ids[i]);
     shard_values[s].append(row, row_bytes);
