@@ -1,7 +1,9 @@
 // Sharded variables on an in-process cluster of 2 ps tasks, over real gRPC.
 #include <cstring>
+#include <random>
 #include <thread>
 
+#include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "common/test_util.h"
@@ -122,6 +124,66 @@ TEST_F(PsClusterTest, ApplyGradients_SgdAcrossShards_RepeatedIdsSummed) {
   absl::StatusOr<std::string> all = v.ReadAll();
   ASSERT_TRUE(all.ok());
   EXPECT_THAT(Floats(*all), ElementsAre(0, 1, 1, 0));
+}
+
+// Pushes large enough that their values travel as slices over the request (ZeroCopyMessage), with
+// repeats: every row lands where it should.
+TEST_F(PsClusterTest, ApplyGradients_LargePushes_EveryRowApplied) {
+  OptimizerDef sgd;
+  sgd.set_kind(OptimizerDef::SGD);
+  sgd.set_learning_rate(1.0);
+  constexpr int64_t kRows = 50000, kWidth = 16;
+  ShardedVariable v = Create("big", kRows, kWidth,
+                             {{"big/part_0", 0, 30000, 0}, {"big/part_1", 30000, 20000, 1}}, &sgd);
+  std::vector<float> want(kRows * kWidth, 0.0f);
+  std::mt19937_64 rng(7);
+  for (int push = 0; push < 3; ++push) {
+    std::vector<int64_t> ids(40000);
+    std::vector<float> grads(ids.size() * kWidth);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      ids[i] = static_cast<int64_t>(rng() % kRows);
+      for (int64_t k = 0; k < kWidth; ++k) {
+        grads[i * kWidth + k] = static_cast<float>(static_cast<int>(rng() % 9) - 4);
+        want[ids[i] * kWidth + k] -= grads[i * kWidth + k];
+      }
+    }
+    ASSERT_TRUE(v.ApplyGradients(ids, grads.data()).ok());
+  }
+  absl::StatusOr<std::string> all = v.ReadAll();
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(Floats(*all), want);
+}
+
+// The request may be freed in `done`: done runs only once gRPC has let go of it, also when the
+// call fails (the ps is down) before anything was sent.
+TEST_F(PsClusterTest, UpdateAsync_LargeRequestFreedInDone_PsDown) {
+  Create("gone", 100000, 16, {{"gone/part_0", 0, 100000, 1}});
+  ASSERT_TRUE(cluster_->StopTask({"ps", 1}).ok());
+  for (int i = 0; i < 20; ++i) {
+    auto* request = new UpdateRequest;
+    UpdateOp* op = request->add_ops();
+    op->set_shard("gone/part_0");
+    op->set_kind(UpdateOp::APPLY_GRADIENT);
+    op->set_dtype(DT_FLOAT32);
+    std::vector<int64_t> ids(65536);
+    for (size_t k = 0; k < ids.size(); ++k) ids[k] = static_cast<int64_t>(k);
+    op->set_ids(std::string(reinterpret_cast<const char*>(ids.data()), ids.size() * 8));
+    op->set_values(std::string(ids.size() * 16 * sizeof(float), '\0'));
+    auto* response = new UpdateResponse;
+    absl::Notification done;
+    absl::Status status;
+    int calls = 0;
+    ps_[1]->UpdateAsync(request, response, [&, request, response](absl::Status s) {
+      delete request;
+      delete response;
+      status = s;
+      ++calls;
+      done.Notify();
+    });
+    ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+    EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+    EXPECT_EQ(calls, 1);
+  }
 }
 
 TEST_F(PsClusterTest, AssignAdd_EightClientsConcurrently_Exact) {
