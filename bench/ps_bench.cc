@@ -45,6 +45,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/machine_limits.h"
+#include "common/grpc_util.h"
 #include "nlohmann/json.hpp"
 #include "proto/ps_service.pb.h"
 #include "ps/grpc_ps_client.h"
@@ -636,6 +637,9 @@ int Main() {
     }
     in_flight.push_back(n);
   }
+  // As in every ps and client process (the server and channels set it too, but the breakdown runs
+  // before either exists): megabyte buffers from the heap, not fresh mmaps.
+  TuneMallocForLargeMessages();
   Timing timing;
   timing.duration = absl::Seconds(seconds);
   timing.warmup = std::min(absl::Milliseconds(500), timing.duration / 4);
