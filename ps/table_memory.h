@@ -4,11 +4,11 @@
 //
 // A shard's tables are read and written together, row i of each (Adagrad: the value row and its
 // accumulator row). Mapped tables start at the same offset modulo 2 MiB, so those rows would share
-// their low 21 address bits, and the cache and memory hardware maps such addresses onto the same
-// sets/banks: on this machine a random Adagrad apply runs at ~7 M rows/s per core that way and at
-// ~15-19 M rows/s when the tables are staggered by a few cache lines (bench/ps_bench's
-// breakdown.server_adagrad_no_grpc). `stagger_lines` shifts the table's start by that many 64-byte
-// lines; a shard gives each of its tables a different one.
+// their low 21 address bits, which the cache and memory hardware maps onto the same sets and banks:
+// on this machine a standalone random Adagrad loop over two such tables ran at ~7 M rows/s per core,
+// and at ~15-19 when one table was shifted by a few cache lines (in the ps, where other costs weigh
+// more, bench/ps_bench's breakdown.server_adagrad_no_grpc gained ~10%). `stagger_lines` shifts the
+// table's start by that many 64-byte lines; a shard gives each of its tables a different one.
 #ifndef PSTRAIN_PS_TABLE_MEMORY_H_
 #define PSTRAIN_PS_TABLE_MEMORY_H_
 
