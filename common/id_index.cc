@@ -22,11 +22,6 @@ void IdIndex::Reset(int64_t max_ids) {
   }
 }
 
-IdIndex& ThreadIdIndex() {
-  thread_local IdIndex index;
-  return index;
-}
-
 namespace {
 
 int64_t IdAt(const char* ids, int64_t i) {

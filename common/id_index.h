@@ -1,11 +1,14 @@
-// First positions of the ids in a batch, for deduplication on the data path (the client's pull and
-// push, the ps's sparse apply). An open-addressing table with linear probing that is reused from
-// call to call: Reset() costs nothing per slot (slots carry the generation that wrote them), so a
-// batch of n ids costs n probes into a table of at most 4n slots that stays in cache. About 4x
-// faster than absl::flat_hash_map for 16K-id batches, which allocates and clears per batch.
+// Deduplication on the data path (the client's pull and push, the ps's sparse apply).
 //
-// Not thread-safe: one per thread (ThreadIdIndex()), used by one batch at a time. Positions are
-// below 2^31 (a batch of ids is far smaller).
+// IdIndex: first positions of ids. An open-addressing table with linear probing that is reused from
+// call to call: Reset() costs nothing per slot (slots carry the generation that wrote them), so n
+// ids cost n probes into a table of at most 4n slots. About 4x faster than absl::flat_hash_map for
+// 16K-id batches, which allocates and clears per batch.
+//
+// RepeatFinder (below): the repeats of a batch, using an IdIndex over its few candidates only.
+//
+// Not thread-safe: each is used by one batch at a time. Positions are below 2^31 (a batch of ids
+// is far smaller).
 #ifndef PSTRAIN_COMMON_ID_INDEX_H_
 #define PSTRAIN_COMMON_ID_INDEX_H_
 
@@ -48,7 +51,7 @@ class IdIndex {
   }
 
  private:
-  // 16 bytes: a 16K-id batch's table (32K slots) is 512 KiB, within the core's L2.
+  // 16 bytes per slot.
   struct Slot {
     int64_t id = 0;
     uint32_t generation = 0;  // the slot is in use iff this is the current generation
@@ -64,9 +67,6 @@ class IdIndex {
   uint64_t mask_ = 0;
   uint32_t generation_ = 0;
 };
-
-// This thread's index.
-IdIndex& ThreadIdIndex();
 
 // The repeats in a batch of ids: (first position, later position) for every position whose id
 // occurred earlier in the batch. Cheaper than an IdIndex over the whole batch when repeats are few,
