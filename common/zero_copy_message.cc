@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <limits>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream.h"
 #include "grpcpp/support/slice.h"
@@ -107,8 +109,14 @@ class SliceOutputStream final : public google::protobuf::io::ZeroCopyOutputStrea
 
 }  // namespace
 
-grpc::ByteBuffer ZeroCopyMessage(const google::protobuf::MessageLite& message,
-                                 std::function<void()> released) {
+absl::StatusOr<grpc::ByteBuffer> ZeroCopyMessage(const google::protobuf::MessageLite& message,
+                                                 std::function<void()> released) {
+  const size_t bytes = message.ByteSizeLong();  // also caches the sizes serializing needs
+  if (bytes > static_cast<size_t>(std::numeric_limits<int>::max())) {
+    released();
+    return absl::ResourceExhaustedError(absl::StrCat(message.GetTypeName(), " of ", bytes,
+                                                     " bytes is over protobuf's 2 GiB limit"));
+  }
   auto* counter = new ReleaseCounter(std::move(released));
   std::vector<grpc::Slice> slices;
   {
@@ -116,8 +124,7 @@ grpc::ByteBuffer ZeroCopyMessage(const google::protobuf::MessageLite& message,
     {
       google::protobuf::io::CodedOutputStream coded(&stream);
       coded.EnableAliasing(true);
-      // Cannot fail short of 2 GiB messages, far above kMaxMessageBytes (which gRPC enforces).
-      (void)message.SerializePartialToCodedStream(&coded);
+      message.SerializeWithCachedSizes(&coded);
     }
     slices = stream.Finish();
   }

@@ -10,6 +10,7 @@
 
 #include <functional>
 
+#include "absl/status/statusor.h"
 #include "google/protobuf/message_lite.h"
 #include "grpcpp/support/byte_buffer.h"
 
@@ -23,8 +24,9 @@ inline constexpr int kZeroCopyMinFieldBytes = 16 << 10;
 // reference: the caller's, or one of gRPC's) when no slice refers to that memory any more: at once
 // inside this call if there is none, else when the returned buffer and every copy gRPC made of it
 // are gone. Until then `message` must not be changed or destroyed.
-grpc::ByteBuffer ZeroCopyMessage(const google::protobuf::MessageLite& message,
-                                 std::function<void()> released);
+// Errors: kResourceExhausted for a message of 2 GiB or more (protobuf's limit); `released` has run.
+absl::StatusOr<grpc::ByteBuffer> ZeroCopyMessage(const google::protobuf::MessageLite& message,
+                                                 std::function<void()> released);
 
 }  // namespace pstrain
 

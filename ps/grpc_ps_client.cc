@@ -91,8 +91,17 @@ class GrpcPsClient final : public PsClient {
     };
     auto* pending = new Pending;
     pending->done = std::move(done);
-    auto bytes = std::make_shared<grpc::ByteBuffer>(
-        ZeroCopyMessage(*request, [pending] { pending->CountDown(); }));
+    absl::StatusOr<grpc::ByteBuffer> serialized =
+        ZeroCopyMessage(*request, [pending] { pending->CountDown(); });
+    if (!serialized.ok()) {
+      pending->status = absl::Status(serialized.status().code(),
+                                     absl::StrCat(name_, ": update request: ",
+                                                  serialized.status().message()));
+      pending->CountDown();
+      return;
+    }
+    auto bytes = std::make_shared<grpc::ByteBuffer>();
+    bytes->Swap(&*serialized);  // (a copy would hold references of its own)
     Call([=](grpc::ClientContext* c, std::function<void(grpc::Status)> cb) {
       raw_update_.UnaryCall(c, "/pstrain.PsService/Update", grpc::StubOptions(), bytes.get(),
                             response, std::move(cb));
