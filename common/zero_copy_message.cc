@@ -45,7 +45,7 @@ class SliceOutputStream final : public google::protobuf::io::ZeroCopyOutputStrea
   explicit SliceOutputStream(ReleaseCounter* counter) : counter_(counter) {}
 
   bool Next(void** data, int* size) override {
-    if (chunk_used_ == kChunkBytes || chunk_.size() == 0) NewChunk();
+    if (chunk_.size() == 0 || chunk_used_ == kChunkBytes) NewChunk();
     *data = const_cast<uint8_t*>(chunk_.begin()) + chunk_used_;
     *size = kChunkBytes - chunk_used_;
     chunk_used_ = kChunkBytes;
@@ -89,20 +89,26 @@ class SliceOutputStream final : public google::protobuf::io::ZeroCopyOutputStrea
   }
 
  private:
-  // Appends the used part of the current chunk, if any, and starts an empty one.
+  // Appends the bytes written to the current chunk since the last slice taken from it, if any; the
+  // rest of the chunk stays in use for what comes next (the headers after an aliased field).
   void CloseChunk() {
-    if (chunk_used_ > 0) slices_.push_back(chunk_.sub(0, static_cast<size_t>(chunk_used_)));
-    chunk_ = grpc::Slice();
-    chunk_used_ = 0;
+    if (chunk_used_ > chunk_start_) {
+      slices_.push_back(chunk_.sub(static_cast<size_t>(chunk_start_),
+                                   static_cast<size_t>(chunk_used_)));
+    }
+    chunk_start_ = chunk_used_;
   }
   void NewChunk() {
     CloseChunk();
     chunk_ = grpc::Slice(grpc_slice_malloc(kChunkBytes), grpc::Slice::STEAL_REF);
+    chunk_start_ = 0;
+    chunk_used_ = 0;
   }
 
   ReleaseCounter* const counter_;
   grpc::Slice chunk_;
-  int chunk_used_ = 0;
+  int chunk_start_ = 0;  // chunk_'s bytes before this are in slices_ already
+  int chunk_used_ = 0;   // chunk_'s bytes written (or handed out by Next)
   int64_t bytes_ = 0;
   std::vector<grpc::Slice> slices_;
 };
@@ -119,6 +125,7 @@ absl::StatusOr<grpc::ByteBuffer> ZeroCopyMessage(const google::protobuf::Message
   }
   auto* counter = new ReleaseCounter(std::move(released));
   std::vector<grpc::Slice> slices;
+  int64_t written = 0;
   {
     SliceOutputStream stream(counter);
     {
@@ -126,7 +133,14 @@ absl::StatusOr<grpc::ByteBuffer> ZeroCopyMessage(const google::protobuf::Message
       coded.EnableAliasing(true);
       message.SerializeWithCachedSizes(&coded);
     }
+    written = stream.ByteCount();
     slices = stream.Finish();
+  }
+  if (written != static_cast<int64_t>(bytes)) {  // as protobuf's own serializers check
+    slices.clear();
+    counter->Unref();
+    return absl::InternalError(absl::StrCat(message.GetTypeName(), " changed while serialized (",
+                                            written, " bytes written, ", bytes, " expected)"));
   }
   grpc::ByteBuffer buffer(slices.data(), slices.size());
   slices.clear();

@@ -24,7 +24,8 @@ inline constexpr int kZeroCopyMinFieldBytes = 16 << 10;
 // reference: the caller's, or one of gRPC's) when no slice refers to that memory any more: at once
 // inside this call if there is none, else when the returned buffer and every copy gRPC made of it
 // are gone. Until then `message` must not be changed or destroyed.
-// Errors: kResourceExhausted for a message of 2 GiB or more (protobuf's limit); `released` has run.
+// Errors (after which `released` has run): kResourceExhausted for a message of 2 GiB or more
+// (protobuf's limit); kInternal if another thread changed the message while it was serialized.
 absl::StatusOr<grpc::ByteBuffer> ZeroCopyMessage(const google::protobuf::MessageLite& message,
                                                  std::function<void()> released);
 

@@ -34,7 +34,9 @@ class LookupWireReply {
 };
 
 // Thread-safe. Async calls return at once and run `done` exactly once, on some other thread, with
-// the call's status; the request and response must stay alive until then. Errors are the ps
+// the call's status; the request and response must stay alive until then. `done` must not block or
+// wait for another call: it may run on one of gRPC's internal threads (an update's, where gRPC lets
+// go of the request's memory, which it sends without copying). Errors are the ps
 // service's (see proto/ps_service.proto), plus kUnavailable / kDeadlineExceeded when the ps can't
 // be reached; messages name the ps task.
 class PsClient {

@@ -3,7 +3,8 @@
 // goes from ~25 to ~37 M rows/s with huge pages).
 //
 // A shard's tables are read and written together, row i of each (Adagrad: the value row and its
-// accumulator row). Mapped tables start at the same offset modulo 2 MiB, so those rows would share
+// accumulator row). Mapped tables start at the same offset modulo 2 MiB (Linux aligns large
+// anonymous mappings to huge pages; mmap itself promises only pages), so those rows would share
 // their low 21 address bits, which the cache and memory hardware maps onto the same sets and banks:
 // on this machine a standalone random Adagrad loop over two such tables ran at ~7 M rows/s per core,
 // and at ~15-19 when one table was shifted by a few cache lines (in the ps, where other costs weigh

@@ -43,8 +43,8 @@ namespace {
 // Rows ahead to prefetch in sparse loops: enough to overlap several cache misses.
 constexpr int64_t kPrefetchAhead = 16;
 
-// Slot s's table is staggered by (s + 1) times this many 64-byte lines (an odd count, so no two
-// tables of a shard share an offset modulo any power of two above 64 bytes).
+// Slot s's table is staggered by (s + 1) times this many 64-byte lines: a shard's tables (values
+// unstaggered, up to 3 slots) then all differ modulo 4 KiB and modulo 2 MiB.
 constexpr size_t kSlotStaggerLines = 67;
 
 // A request's rows are split into pieces of at least this many for the store's pool (below that,
