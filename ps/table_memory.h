@@ -6,10 +6,11 @@
 // accumulator row). Mapped tables start at the same offset modulo 2 MiB (Linux aligns large
 // anonymous mappings to huge pages; mmap itself promises only pages), so those rows would share
 // their low 21 address bits, which the cache and memory hardware maps onto the same sets and banks:
-// on this machine a standalone random Adagrad loop over two such tables ran at ~7 M rows/s per core,
-// and at ~15-19 when one table was shifted by a few cache lines (in the ps, where other costs weigh
-// more, bench/ps_bench's breakdown.server_adagrad_no_grpc gained ~10%). `stagger_lines` shifts the
-// table's start by that many 64-byte lines; a shard gives each of its tables a different one.
+// on this machine a standalone random Adagrad loop over two such tables ran at ~7 M rows/s per
+// core, and at ~15-19 when one table was shifted by a few cache lines (in the ps, where other costs
+// weigh more, bench/ps_bench's breakdown.server_adagrad_no_grpc gained ~10%). `stagger_lines`
+// shifts the table's start by that many 64-byte lines; a shard gives each of its tables a
+// different one.
 #ifndef PSTRAIN_PS_TABLE_MEMORY_H_
 #define PSTRAIN_PS_TABLE_MEMORY_H_
 
