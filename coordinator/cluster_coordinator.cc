@@ -395,6 +395,14 @@ class ClusterCoordinatorImpl final : public ClusterCoordinator {
                     << (logged ? "back" : "ready") << absl::StrFormat(" (incarnation %016x)", health.incarnation());
           return true;
         }
+        if (!IsWorkerFailure(s)) {
+          // The worker is up but can't create a per-worker resource (its dataset function fails
+          // there): that fails the job, as it does when CreatePerWorkerDataset finds the worker up
+          // (it wasn't yet, or it restarted since), instead of closures waiting for this worker
+          // forever. It is still retried, with backoff: the cause may be fixed meanwhile.
+          absl::MutexLock lock(&mu_);
+          FailLocked(s);
+        }
       }
       if (!logged) {
         LOG(WARNING) << w->client->name() << " unreachable (" << s.message()

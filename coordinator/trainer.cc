@@ -151,7 +151,15 @@ absl::StatusOr<TrainResult> Train(const ClusterSpec& spec, Model* model,
   auto collect_front = [&]() -> absl::Status {
     auto [step, value] = std::move(pending.front());
     pending.pop_front();
-    ASSIGN_OR_RETURN(std::vector<Tensor> out, value.Fetch());
+    absl::StatusOr<std::vector<Tensor>> fetched = value.Fetch();
+    if (!fetched.ok()) {
+      // Cancelled because the job failed elsewhere: report that first error, not the cancellation.
+      if (fetched.status().code() == absl::StatusCode::kCancelled) {
+        RETURN_IF_ERROR(coordinator->Join());
+      }
+      return fetched.status();
+    }
+    std::vector<Tensor> out = *std::move(fetched);
     if (out.size() < 2 || !out[0].Is<float>() || !out[1].Is<int64_t>()) {
       return absl::InternalError(absl::StrCat("model ", model->name(), ": step ", step,
                                               " did not return {loss, examples}"));

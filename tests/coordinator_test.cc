@@ -40,6 +40,7 @@ struct Hooks {
   absl::Notification gate1, gate2;
   std::unique_ptr<Barrier> barrier;
   std::atomic<int> ps_failures_left{0};
+  std::atomic<bool> datasets_fail{false};
 };
 
 std::shared_ptr<ClosureRegistry> MakeRegistry(Hooks* hooks) {
@@ -85,6 +86,17 @@ std::shared_ptr<ClosureRegistry> MakeRegistry(Hooks* hooks) {
                                         sum += element[0].scalar<int64_t>();
                                       }
                                       return std::vector<Tensor>{Tensor::Scalar<int64_t>(sum)};
+                                    })
+                  .ok());
+  // A dataset whose creation fails (kFailedPrecondition) while datasets_fail is set.
+  EXPECT_TRUE(registry
+                  ->RegisterDataset("failing",
+                                    [hooks](int, int, absl::Span<const Tensor>)
+                                        -> absl::StatusOr<std::unique_ptr<Dataset>> {
+                                      if (hooks->datasets_fail) {
+                                        return absl::FailedPreconditionError("no GPU here");
+                                      }
+                                      return absl::UnimplementedError("only failing is tested");
                                     })
                   .ok());
   // Fails as a ps failure (kUnavailable inside the closure) while ps_failures_left > 0.
@@ -318,6 +330,23 @@ TEST_F(CoordinatorTest, WorkerRestart_PerWorkerDatasetRebuilt) {
   absl::StatusOr<RemoteValue> second = coordinator_->Schedule("sum_dataset", {}, {*dataset});
   ASSERT_TRUE(coordinator_->Join().ok());
   EXPECT_EQ((*second->Fetch())[0].scalar<int64_t>(), 6) << "a fresh iterator after the restart";
+}
+
+// A dataset registered while its worker was down, that the worker then can't create when it comes
+// back: the job fails with that error instead of its closures waiting for the worker forever.
+TEST_F(CoordinatorTest, WorkerBackButItsDatasetFails_JobFailsWithThatError) {
+  StartCluster(/*workers=*/1, /*ps=*/1);
+  ASSERT_TRUE(cluster_->StopTask({"worker", 0}).ok());
+  // The worker is down: nothing to create it on, so this succeeds (it is created on rejoining).
+  absl::StatusOr<PerWorkerDataset> dataset = coordinator_->CreatePerWorkerDataset("failing", {});
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  hooks_.datasets_fail = true;
+  ASSERT_TRUE(cluster_->StartTask({"worker", 0}).ok());
+  // (Before the fix, this waited forever: the closure queued for a worker that never got ready.)
+  absl::StatusOr<RemoteValue> value = coordinator_->Schedule("sum_dataset", {}, {*dataset});
+  const absl::Status job = value.ok() ? coordinator_->Join() : value.status();
+  EXPECT_EQ(job.code(), absl::StatusCode::kFailedPrecondition) << job;
+  EXPECT_THAT(std::string(job.message()), HasSubstr("no GPU here"));
 }
 
 TEST_F(CoordinatorTest, PsFailureInClosure_RetriedThenSurfaced) {
