@@ -249,18 +249,17 @@ class FlightsCtr final : public Model {
       if (spec.name == kCtrEmbedding) embedding_shards_ = static_cast<int>(v.shards().size());
     }
     const FlightsOptions& f = config_.flights;
-    ASSIGN_OR_RETURN(
-        dataset_,
-        coordinator->CreatePerWorkerDataset(
-            kData, {Tensor::String(f.path), Tensor::Scalar<int64_t>(f.test_from_month),
-                    Tensor::Scalar<int64_t>(f.delay_threshold), Tensor::Scalar<int64_t>(f.max_rows),
-                    Tensor::Scalar<int64_t>(static_cast<int64_t>(config_.seed)),
-                    Tensor::Scalar<int64_t>(config_.batch_size),
-                    Tensor::Scalar<int64_t>(config_.hash_rows),
-                    Tensor::Scalar<int64_t>(config_.shape.dim),
-                    Tensor::Scalar<int64_t>(config_.shape.hidden),
-                    Tensor::String(FlightFeatureNames(config_.features)),
-                    DeviceArgs(config_.devices)[0], DeviceArgs(config_.devices)[1]}));
+    std::vector<Tensor> args = {Tensor::String(f.path), Tensor::Scalar<int64_t>(f.test_from_month),
+                                Tensor::Scalar<int64_t>(f.delay_threshold),
+                                Tensor::Scalar<int64_t>(f.max_rows),
+                                Tensor::Scalar<int64_t>(static_cast<int64_t>(config_.seed)),
+                                Tensor::Scalar<int64_t>(config_.batch_size),
+                                Tensor::Scalar<int64_t>(config_.hash_rows),
+                                Tensor::Scalar<int64_t>(config_.shape.dim),
+                                Tensor::Scalar<int64_t>(config_.shape.hidden),
+                                Tensor::String(FlightFeatureNames(config_.features))};
+    for (Tensor& t : DeviceArgs(config_.devices)) args.push_back(std::move(t));
+    ASSIGN_OR_RETURN(dataset_, coordinator->CreatePerWorkerDataset(kData, std::move(args)));
     return absl::OkStatus();
   }
 
