@@ -134,16 +134,23 @@ std::shared_ptr<const ClosureRegistry> Registry() {
   return registry;
 }
 
+// Options for a run on a fresh toy dataset: `train` and `test` examples written with seeds `seed`
+// and `seed + 1`, batches of 20.
+ModelOptions ToyDataOptions(int train, int test, uint32_t seed) {
+  const std::string dir = TempDir();
+  WriteToySplit(dir, "train", train, seed);
+  WriteToySplit(dir, "t10k", test, seed + 1);
+  ModelOptions options;
+  options.data = dir;
+  options.batch_size = 20;
+  return options;
+}
+
 // The whole model on a real in-process cluster (2 workers, 2 ps, weights split over both): it
 // learns the toy set and reports every metric.
 TEST(FashionMnistMlpTrainTest, ToyData_TwoWorkersTwoPs_LearnsAndReportsMetrics) {
-  const std::string dir = TempDir();
-  WriteToySplit(dir, "train", /*count=*/600, /*seed=*/1);
-  WriteToySplit(dir, "t10k", /*count=*/150, /*seed=*/2);
-  ModelOptions options;
-  options.data = dir;
+  ModelOptions options = ToyDataOptions(/*train=*/600, /*test=*/150, /*seed=*/1);
   options.epochs = 10;
-  options.batch_size = 20;
   options.learning_rate = 0.01;
   options.extra = {{"hidden", "8,6"}, {"train_eval_examples", "250"}};
   auto model = CreateFashionMnistMlp(options);
@@ -167,13 +174,8 @@ TEST(FashionMnistMlpTrainTest, ToyData_TwoWorkersTwoPs_LearnsAndReportsMetrics) 
 // Without averaging only the trained weights are evaluated; 2 steps at once per worker, weights
 // in 3 shards over 2 ps tasks.
 TEST(FashionMnistMlpTrainTest, ToyData_NoAveraging_OnlyTrainedWeightsMetrics) {
-  const std::string dir = TempDir();
-  WriteToySplit(dir, "train", /*count=*/600, /*seed=*/3);
-  WriteToySplit(dir, "t10k", /*count=*/150, /*seed=*/4);
-  ModelOptions options;
-  options.data = dir;
+  ModelOptions options = ToyDataOptions(/*train=*/600, /*test=*/150, /*seed=*/3);
   options.epochs = 8;
-  options.batch_size = 20;
   options.learning_rate = 0.01;
   options.extra = {{"hidden", "8"},
                    {"average_epochs", "0"},
@@ -191,13 +193,8 @@ TEST(FashionMnistMlpTrainTest, ToyData_NoAveraging_OnlyTrainedWeightsMetrics) {
 // One worker splitting each batch over 4 CPU replicas (a batch of 20: 5 examples each), the
 // gradients all-reduced: it learns as the unsplit run does.
 TEST(FashionMnistMlpTrainTest, ToyData_FourReplicas_Learns) {
-  const std::string dir = TempDir();
-  WriteToySplit(dir, "train", /*count=*/600, /*seed=*/1);
-  WriteToySplit(dir, "t10k", /*count=*/150, /*seed=*/2);
-  ModelOptions options;
-  options.data = dir;
+  ModelOptions options = ToyDataOptions(/*train=*/600, /*test=*/150, /*seed=*/1);
   options.epochs = 10;
-  options.batch_size = 20;
   options.learning_rate = 0.01;
   options.devices.kind = DeviceOptions::Kind::kCpu;
   options.devices.replicas = 4;
@@ -214,13 +211,8 @@ TEST(FashionMnistMlpTrainTest, ToyData_FourReplicas_Learns) {
 // --device=cuda on a machine without a GPU (this one, and CI) fails the job with a message that
 // says so; on a GPU machine the same run trains.
 TEST(FashionMnistMlpTrainTest, Cuda_WithoutGpuFailsClearly_WithGpuTrains) {
-  const std::string dir = TempDir();
-  WriteToySplit(dir, "train", /*count=*/100, /*seed=*/1);
-  WriteToySplit(dir, "t10k", /*count=*/50, /*seed=*/2);
-  ModelOptions options;
-  options.data = dir;
+  ModelOptions options = ToyDataOptions(/*train=*/100, /*test=*/50, /*seed=*/1);
   options.epochs = 1;
-  options.batch_size = 20;
   options.devices.kind = DeviceOptions::Kind::kCuda;
   options.extra = {{"hidden", "8"}, {"average_epochs", "0"}};
   auto model = CreateFashionMnistMlp(options);
