@@ -22,34 +22,12 @@
 #include "gtest/gtest.h"
 #include "worker/device/cuda_device.h"
 #include "worker/device/device.h"
+#include "worker/device/device_test_util.h"
 
 namespace pstrain {
 namespace {
 
 using ::testing::HasSubstr;
-
-std::vector<float> RandomFloats(int64_t n, std::mt19937* rng, float lo = -1, float hi = 1) {
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(*rng);
-  return v;
-}
-
-std::vector<int32_t> RandomIndex(int64_t n, int64_t limit, std::mt19937* rng) {
-  std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(limit - 1));
-  std::vector<int32_t> v(n);
-  for (int32_t& x : v) x = dist(*rng);
-  return v;
-}
-
-// Expects |actual - expected| <= tol * (1 + |expected|) elementwise.
-void ExpectNear(const std::vector<float>& actual, const std::vector<float>& expected, double tol,
-                const std::string& what) {
-  ASSERT_EQ(actual.size(), expected.size()) << what;
-  for (size_t i = 0; i < actual.size(); ++i) {
-    ASSERT_NEAR(actual[i], expected[i], tol * (1 + std::fabs(expected[i]))) << what << " at " << i;
-  }
-}
 
 enum class Backend { kCpu, kCuda };
 

@@ -13,27 +13,13 @@
 #include "gtest/gtest.h"
 #include "worker/device/cuda_device.h"
 #include "worker/device/device.h"
+#include "worker/device/device_test_util.h"
 
 namespace pstrain {
 namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-std::vector<float> RandomFloats(int64_t n, std::mt19937* rng, float lo = -1, float hi = 1) {
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(*rng);
-  return v;
-}
-
-void ExpectNear(const std::vector<float>& actual, const std::vector<float>& expected, double tol,
-                const std::string& what) {
-  ASSERT_EQ(actual.size(), expected.size()) << what;
-  for (size_t i = 0; i < actual.size(); ++i) {
-    ASSERT_NEAR(actual[i], expected[i], tol * (1 + std::fabs(expected[i]))) << what << " at " << i;
-  }
-}
 
 std::unique_ptr<ReplicaGroup> MakeGroup(DeviceOptions::Kind kind, int replicas) {
   ReplicaGroupOptions options;
