@@ -71,6 +71,24 @@ void VariableShard::ForEachRow(absl::string_view ids, int64_t begin, int64_t end
   }
 }
 
+template <typename Fn>
+void VariableShard::ForEachRowLocked(absl::string_view ids, bool write, bool with_slots,
+                                     ThreadPool* pool, Fn fn) const {
+  const int64_t n = ids.size() / 8;
+  RowLockBypass::Batch batch(&bypass_, write);
+  ParallelRanges(pool, n, Pieces(pool, n), [&](int64_t begin, int64_t end) {
+    RowLockBypass::Piece piece(&batch);
+    ForEachRow(ids, begin, end, with_slots, [&](int64_t i, int64_t row) {
+      if (piece.Bypassing()) {
+        fn(i, row);
+        return;
+      }
+      RowLockGuard lock(locks_.get(), row);
+      fn(i, row);
+    });
+  });
+}
+
 absl::StatusOr<std::unique_ptr<VariableShard>> VariableShard::Create(const VariableShardDef& def,
                                                                      bool initialize) {
   const std::string who = absl::StrCat("shard \"", def.name(), "\"");
@@ -189,11 +207,8 @@ absl::Status VariableShard::ValidateLookup(absl::string_view ids) const {
 void VariableShard::Lookup(absl::string_view ids, char* out, ThreadPool* pool) const {
   const int64_t n = ids.size() / 8;
   const char* values = values_.data();
-  ParallelRanges(pool, n, Pieces(pool, n), [&](int64_t begin, int64_t end) {
-    ForEachRow(ids, begin, end, /*with_slots=*/false, [&](int64_t i, int64_t row) {
-      RowLockGuard lock(locks_.get(), row);
-      std::memcpy(out + i * row_bytes_, values + row * row_bytes_, row_bytes_);
-    });
+  ForEachRowLocked(ids, /*write=*/false, /*with_slots=*/false, pool, [&](int64_t i, int64_t row) {
+    std::memcpy(out + i * row_bytes_, values + row * row_bytes_, row_bytes_);
   });
 }
 
@@ -224,11 +239,20 @@ absl::Status VariableShard::ValidateRead(const RowRange& range, int64_t* begin,
 void VariableShard::Read(int64_t begin, int64_t end, char* out) const {
   const char* values = values_.data();
   const int64_t block = locks_->rows_per_block();
+  RowLockBypass::Batch batch(&bypass_, /*writer=*/false);
+  RowLockBypass::Piece piece(&batch);
   for (int64_t row = begin; row < end;) {
     const int64_t stop = std::min(end, (row / block + 1) * block);  // to the end of row's block
-    RowLockGuard lock(locks_.get(), row);
-    std::memcpy(out + (row - begin) * row_bytes_, values + row * row_bytes_,
-                (stop - row) * row_bytes_);
+    auto copy = [&] {
+      std::memcpy(out + (row - begin) * row_bytes_, values + row * row_bytes_,
+                  (stop - row) * row_bytes_);
+    };
+    if (piece.Bypassing()) {
+      copy();
+    } else {
+      RowLockGuard lock(locks_.get(), row);
+      copy();
+    }
     row = stop;
   }
 }
@@ -350,26 +374,25 @@ void VariableShard::ApplySparseGradient(absl::string_view ids, const float* grad
     std::sort(overrides.begin(), overrides.end(),
               [](const Override& a, const Override& b) { return a.pos < b.pos; });
   }
+  // Positions with an override, as a bitmap: the loop below checks one bit per position.
+  std::vector<uint64_t> overridden(overrides.empty() ? 0 : (n + 63) / 64);
+  for (const Override& o : overrides) overridden[o.pos / 64] |= uint64_t{1} << (o.pos % 64);
   const int num_slots = static_cast<int>(slots_.size());
   float* slot_base[4];
   for (int s = 0; s < num_slots; ++s) slot_base[s] = Slot(s);
   float* const values = reinterpret_cast<float*>(values_.data());
   // The positions now name distinct rows: pieces of them can run at once.
-  ParallelRanges(pool, n, Pieces(pool, n), [&](int64_t begin, int64_t end) {
-    auto next = std::lower_bound(overrides.begin(), overrides.end(), begin,
-                                 [](const Override& o, int64_t pos) { return o.pos < pos; });
-    ForEachRow(ids, begin, end, /*with_slots=*/true, [&](int64_t i, int64_t row) {
-      const float* g = grads + i * width_;
-      if (next != overrides.end() && next->pos == i) {
-        g = next->grad;
-        ++next;
-        if (g == nullptr) return;
-      }
-      float* slot_rows[4];
-      for (int s = 0; s < num_slots; ++s) slot_rows[s] = slot_base[s] + row * width_;
-      RowLockGuard lock(locks_.get(), row);
-      optimizer_->ApplyRow(values + row * width_, slot_rows, g, width_, scalars);
-    });
+  ForEachRowLocked(ids, /*write=*/true, /*with_slots=*/true, pool, [&](int64_t i, int64_t row) {
+    const float* g = grads + i * width_;
+    if (!overridden.empty() && ((overridden[i / 64] >> (i % 64)) & 1) != 0) {
+      g = std::lower_bound(overrides.begin(), overrides.end(), i,
+                           [](const Override& o, int64_t pos) { return o.pos < pos; })
+              ->grad;
+      if (g == nullptr) return;
+    }
+    float* slot_rows[4];
+    for (int s = 0; s < num_slots; ++s) slot_rows[s] = slot_base[s] + row * width_;
+    optimizer_->ApplyRow(values + row * width_, slot_rows, g, width_, scalars);
   });
 }
 
@@ -388,11 +411,10 @@ void VariableShard::Update(const UpdateOp& op, ThreadPool* pool) {
       return;
     }
     // In order, on this thread: with repeated ids, the last assign wins.
-    ForEachRow(op.ids(), 0, static_cast<int64_t>(op.ids().size() / 8), /*with_slots=*/false,
-               [&](int64_t i, int64_t row) {
-                 RowLockGuard lock(locks_.get(), row);
-                 UpdateRowLocked(op.kind(), row, values + i * row_bytes_, StepScalars());
-               });
+    ForEachRowLocked(op.ids(), /*write=*/true, /*with_slots=*/false, /*pool=*/nullptr,
+                     [&](int64_t i, int64_t row) {
+                       UpdateRowLocked(op.kind(), row, values + i * row_bytes_, StepScalars());
+                     });
     return;
   }
   int64_t begin = 0, end = 0;
@@ -408,6 +430,7 @@ void VariableShard::Update(const UpdateOp& op, ThreadPool* pool) {
   }
   // One lock per block of rows; pieces of the range may run at once (their blocks' locks keep a
   // block that two pieces share whole).
+  RowLockBypass::Locked registered(&bypass_, /*writer=*/true);
   const int64_t block = locks_->rows_per_block();
   const int64_t piece_rows =
       std::max<int64_t>(1, kMinRowsPerPiece * 64 / std::max<int64_t>(row_bytes_, 1));

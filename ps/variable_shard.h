@@ -18,8 +18,9 @@
 
 namespace pstrain {
 
-// Thread-safe: every row is read and written under its row lock, so concurrent updates of one row
-// never lose each other and a lookup never sees half an update. Operations are split into a
+// Thread-safe: every row is read and written under its row lock (or, for a batch that runs alone on
+// the shard, under RowLockBypass's guarantee that nothing else touches it), so concurrent updates of
+// one row never lose each other and a lookup never sees half an update. Operations are split into a
 // Validate step (no side effects) and an execute step that assumes validated input, so a request of
 // many operations can be checked whole before any of it is applied.
 class VariableShard {
@@ -94,6 +95,12 @@ class VariableShard {
   // kPrefetchAhead positions ahead.
   template <typename Fn>
   void ForEachRow(absl::string_view ids, int64_t begin, int64_t end, bool with_slots, Fn fn) const;
+  // Calls fn(i, local row of ids[i]) for every position, in pieces over `pool` (may be null), each
+  // row under its lock unless the call bypasses the locks (RowLockBypass: a `write` call's rows
+  // must then be distinct if `pool` is given).
+  template <typename Fn>
+  void ForEachRowLocked(absl::string_view ids, bool write, bool with_slots, ThreadPool* pool,
+                        Fn fn) const;
   // Gradient apply for sparse ids, summing repeated ids first.
   void ApplySparseGradient(absl::string_view ids, const float* grads, ThreadPool* pool);
 
@@ -106,6 +113,7 @@ class VariableShard {
   TableMemory values_;
   std::vector<TableMemory> slots_;
   std::unique_ptr<RowLocks> locks_;  // set by Create, once row_bytes_ is known
+  mutable RowLockBypass bypass_;      // every row access goes through it
   std::atomic<int64_t> apply_count_{0};
 };
 

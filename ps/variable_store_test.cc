@@ -1,5 +1,6 @@
 #include "ps/variable_store.h"
 
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <random>
@@ -213,6 +214,60 @@ TEST(VariableStoreConcurrencyTest, AssignAdd_EightClients_NoLostUpdates) {
   std::vector<float> rows = LookupRows(store, "c", ids);
   EXPECT_THAT(rows, ElementsAreArray(std::vector<float>(ids.size() * 4, 8000.0f)));
   EXPECT_THAT(LookupRows(store, "c", {5}), ElementsAre(0, 0, 0, 0));
+}
+
+// Large sparse applies split over the pool, sparse assign-adds and lookups, all at once: whichever
+// of them bypasses the row locks (RowLockBypass) at a given moment, no update is lost and no
+// lookup sees a row half updated (every update adds the same to each element of a row).
+TEST(VariableStoreConcurrencyTest, BigAppliesAssignAddsAndLookupsAtOnce_ExactAndNeverTorn) {
+  const int64_t rows = 20000, width = 16;
+  VariableShardDef def = FloatShard("m", rows, 0, rows, width);
+  def.mutable_optimizer()->set_kind(OptimizerDef::SGD);
+  def.mutable_optimizer()->set_learning_rate(1.0);  // var -= g: a gradient of -1 adds 1
+  VariableStore store(/*data_threads=*/3);
+  ASSERT_TRUE(store.CreateShards({def}).ok());
+  std::vector<int64_t> all(rows);
+  for (int64_t i = 0; i < rows; ++i) all[i] = (i * 7919) % rows;  // every row once, shuffled
+  const int kRounds = 15;
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> torn{0};
+  std::vector<std::thread> writers, readers;
+  for (int w = 0; w < 2; ++w) {
+    writers.emplace_back([&] {
+      UpdateRequest request;
+      *request.add_ops() = SparseOp("m", UpdateOp::APPLY_GRADIENT, all,
+                                    std::vector<float>(rows * width, -1.0f));
+      for (int i = 0; i < kRounds; ++i) ASSERT_TRUE(store.Update(request).ok());
+    });
+  }
+  writers.emplace_back([&] {
+    const std::vector<int64_t> some(all.begin(), all.begin() + 3000);
+    UpdateRequest request;
+    *request.add_ops() = SparseOp("m", UpdateOp::ASSIGN_ADD, some,
+                                  std::vector<float>(some.size() * width, 1.0f));
+    for (int i = 0; i < kRounds; ++i) ASSERT_TRUE(store.Update(request).ok());
+  });
+  for (int r = 0; r < 2; ++r) {
+    readers.emplace_back([&] {
+      while (!stop.load()) {
+        const std::vector<float> got = LookupRows(store, "m", all);
+        for (int64_t i = 0; i < rows; ++i) {
+          for (int64_t k = 1; k < width; ++k) torn += got[i * width + k] != got[i * width];
+        }
+      }
+    });
+  }
+  for (std::thread& t : writers) t.join();
+  stop = true;
+  for (std::thread& t : readers) t.join();
+  EXPECT_EQ(torn.load(), 0);
+  const std::vector<float> got = ReadAll(store, "m");
+  // Every row got both writers' applies; all[0..3000) also got the assign-adds.
+  std::vector<float> want(rows * width, 2.0f * kRounds);
+  for (int64_t j = 0; j < 3000; ++j) {
+    for (int64_t k = 0; k < width; ++k) want[all[j] * width + k] += kRounds;
+  }
+  EXPECT_EQ(got, want);
 }
 
 TEST(VariableStoreGradientTest, ApplySparse_RepeatedIds_SummedFirst) {
