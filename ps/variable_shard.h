@@ -21,8 +21,8 @@ namespace pstrain {
 // Thread-safe: every row is read and written under its row lock (or, for a batch that runs alone
 // on the shard, under RowLockBypass's guarantee that nothing else touches it), so concurrent
 // updates of one row never lose each other and a lookup never sees half an update. Operations are
-// split into a Validate step (no side effects) and an execute step that assumes validated input, so a request of
-// many operations can be checked whole before any of it is applied.
+// split into a Validate step (no side effects) and an execute step that assumes validated input,
+// so a request of many operations can be checked whole before any of it is applied.
 class VariableShard {
  public:
   // Validates `def`, allocates the rows and slots, and initializes them (unless `initialize` is
