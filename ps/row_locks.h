@@ -7,6 +7,7 @@
 #ifndef PSTRAIN_PS_ROW_LOCKS_H_
 #define PSTRAIN_PS_ROW_LOCKS_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -53,26 +54,27 @@ class RowLocks {
 };
 
 // Lets one batch of row operations on a shard skip the row locks while no other operation could
-// see or change its rows. A row lock costs little on one core, but when two cores take locks from
-// one small table, each lock is a cache line fetched from the other core and a full fence: a sparse
-// apply split over two threads runs ~40% faster without them.
+// see or change its rows. On one thread the locks cost little, but with two threads on one request
+// a sparse apply ran ~40% faster without them (see README, "Speed").
 //
-// A batch is a reader (it only reads rows) or a writer; a writer's rows are distinct (a sparse
-// apply sums repeated ids first), so its pieces never touch one row twice. At most one batch
-// bypasses at a time: a writer only while no other operation runs on the shard, a reader only while
-// no writer does. Every other operation takes row locks as before and registers as a locked reader
-// or writer; one that conflicts with the bypassing batch waits until each of the batch's pieces
-// has seen it (pieces look every kCheckRows rows, a few microseconds) and switched to locks for the
-// rest of its rows. So the bypass never holds anyone up for longer than that, and no row is ever
+// A batch is a reader (it only reads rows) or a writer. A writer whose pieces run at once must give
+// them distinct rows (a sparse apply sums repeated ids first). At most one batch bypasses at a
+// time: a writer only while no other operation runs on the shard, a reader only while no writer
+// does. Every other operation takes row locks as before and registers as a locked reader or
+// writer; one that conflicts with the bypassing batch waits until each of the batch's pieces has
+// seen it (pieces look every kCheckBytes bytes of rows, a few microseconds) and switched to locks
+// for the rest of its rows. So the bypass holds nobody up for longer than that, and no row is ever
 // read or written by two operations at once without its lock.
 //
 // Thread-safe. Usage, for a batch cut into pieces that may run on several threads:
 //   RowLockBypass::Batch batch(&bypass, writer);
 //   ... in each piece:  RowLockBypass::Piece piece(&batch);
-//                       for each row: if (piece.Bypassing()) {work} else {lock; work; unlock}
+//                       for each row: if (piece.Bypassing(bytes)) {work} else {lock; work; unlock}
+// A thread must not start another operation on the same shard inside a Batch's scope: the inner
+// one would wait for a bypass that only the outer one can end.
 class RowLockBypass {
  public:
-  static constexpr int64_t kCheckRows = 256;
+  static constexpr int64_t kCheckBytes = 16 << 10;
 
   class Batch;
 
@@ -97,9 +99,13 @@ class RowLockBypass {
     Piece(const Piece&) = delete;
     Piece& operator=(const Piece&) = delete;
 
-    // Whether this row may skip its lock. Call once per row.
-    bool Bypassing() {
-      if (bypassing_ && ++rows_ % kCheckRows == 0) Check();
+    // Whether the next row (or block of rows), of `bytes` bytes, may skip its lock. Call once
+    // per row or block.
+    bool Bypassing(int64_t bytes) {
+      if (bypassing_ && (bytes_ += bytes) >= kCheckBytes) {
+        bytes_ = 0;
+        Check();
+      }
       return bypassing_;
     }
 
@@ -119,7 +125,7 @@ class RowLockBypass {
     Batch* const batch_;
     bool bypassing_ = false;
     bool registered_ = false;  // counted as a locked operation
-    int64_t rows_ = 0;
+    int64_t bytes_ = 0;        // since the last Check()
   };
 
   class Batch {

@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/thread_pool.h"
 #include "gtest/gtest.h"
 
 namespace pstrain {
@@ -28,15 +29,16 @@ struct Table {
     count[row] = v + 1;
   }
 
-  // One batch adding `times` to every row, one at a time, cut into `pieces` pieces run one after
-  // another (the protocol does not care which thread runs a piece).
-  void AddToEveryRow(int pieces, int times) {
+  // One batch adding `times` to every row, one at a time, cut into `pieces` pieces over distinct
+  // rows, run at once on `pool` and the calling thread as a shard runs a large request (or one
+  // after another on this thread if `pool` is null).
+  void AddToEveryRow(ThreadPool* pool, int pieces, int times) {
     RowLockBypass::Batch batch(&bypass, /*writer=*/true);
-    for (int p = 0; p < pieces; ++p) {
+    ParallelFor(pool, pieces, [&](int64_t p) {
       RowLockBypass::Piece piece(&batch);
       for (int t = 0; t < times; ++t) {
         for (int64_t row = kRows * p / pieces; row < kRows * (p + 1) / pieces; ++row) {
-          if (piece.Bypassing()) {
+          if (piece.Bypassing(/*bytes=*/64)) {
             Increment(row);
           } else {
             RowLockGuard lock(&locks, row);
@@ -44,19 +46,22 @@ struct Table {
           }
         }
       }
-    }
+    });
   }
 };
 
-TEST(RowLockBypassTest, WritersFromManyThreads_NoLostUpdates) {
+// 4 threads of writer batches and one of whole-scope locked writers. With `pool`, each batch's
+// pieces run at once on it and the calling thread; without, one after another.
+void RunWriters(ThreadPool* pool) {
   Table table;
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
-      for (int i = 0; i < 2000; ++i) table.AddToEveryRow(/*pieces=*/1 + (i + t) % 3, /*times=*/10);
+      for (int i = 0; i < 2000; ++i) {
+        table.AddToEveryRow(pool, /*pieces=*/1 + (i + t) % 4, /*times=*/10);
+      }
     });
   }
-  // Beside them, an operation that registers for its whole scope and locks row by row.
   threads.emplace_back([&] {
     for (int i = 0; i < 2000; ++i) {
       {
@@ -73,6 +78,13 @@ TEST(RowLockBypassTest, WritersFromManyThreads_NoLostUpdates) {
   for (int64_t row = 0; row < kRows; ++row) {
     EXPECT_EQ(table.count[row], 4 * 2000 * 10 + 2000) << row;
   }
+}
+
+TEST(RowLockBypassTest, WritersFromManyThreads_NoLostUpdates) { RunWriters(nullptr); }
+
+TEST(RowLockBypassTest, WritersWithPiecesOnAPool_NoLostUpdates) {
+  ThreadPool pool(3);
+  RunWriters(&pool);
 }
 
 // A reader never sees a row half written, whether it or the writer bypasses the locks.
@@ -103,7 +115,7 @@ TEST(RowLockBypassTest, ReadersNeverSeeHalfWrittenRows) {
           ++reads;
         }
       };
-      if (piece.Bypassing()) {
+      if (piece.Bypassing(/*bytes=*/kWidth * 8)) {
         work();
       } else {
         RowLockGuard lock(&locks, row);
@@ -131,30 +143,30 @@ TEST(RowLockBypassTest, ReadersNeverSeeHalfWrittenRows) {
   EXPECT_EQ(torn.load(), 0);
 }
 
-// A bypassing batch that runs on and on lets a conflicting operation in within kCheckRows rows:
+// A bypassing batch that runs on and on lets a conflicting operation in within kCheckBytes bytes:
 // the operation registers, the batch's piece sees it and switches to the locks.
 TEST(RowLockBypassTest, LongBatch_ConflictingOperationGetsInWhileItRuns) {
   RowLockBypass bypass;
   std::atomic<bool> reader_in{false};
   RowLockBypass::Batch batch(&bypass, /*writer=*/true);
   RowLockBypass::Piece piece(&batch);
-  ASSERT_TRUE(piece.Bypassing());
+  ASSERT_TRUE(piece.Bypassing(64));
   std::thread reader([&] {
     RowLockBypass::Locked registered(&bypass, /*writer=*/false);
     reader_in = true;
   });
-  // Spins until the reader has registered, then switches within kCheckRows rows (bounded, so a
+  // Spins until the reader has registered, then switches within kCheckBytes (bounded, so a
   // broken bypass fails here instead of hanging).
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  for (int64_t i = 1; piece.Bypassing(); ++i) {
+  for (int64_t i = 1; piece.Bypassing(64); ++i) {
     if (i % (1 << 20) == 0 && std::chrono::steady_clock::now() > give_up) break;
   }
-  EXPECT_FALSE(piece.Bypassing());
+  EXPECT_FALSE(piece.Bypassing(64));
   reader.join();  // the reader got in while the batch still runs
   EXPECT_TRUE(reader_in.load());
   // A piece that starts after the bypass ended is an ordinary locked operation.
   RowLockBypass::Piece late(&batch);
-  EXPECT_FALSE(late.Bypassing());
+  EXPECT_FALSE(late.Bypassing(64));
 }
 
 TEST(RowLockBypassTest, ReadersShareTheBypass_AWriterDoesNot) {
@@ -162,22 +174,24 @@ TEST(RowLockBypassTest, ReadersShareTheBypass_AWriterDoesNot) {
   {
     RowLockBypass::Batch reading(&bypass, /*writer=*/false);
     RowLockBypass::Piece piece(&reading);
-    EXPECT_TRUE(piece.Bypassing());
+    EXPECT_TRUE(piece.Bypassing(64));
     // A second reader takes locks but is not held up, and does not stop the first.
     RowLockBypass::Batch second(&bypass, /*writer=*/false);
     RowLockBypass::Piece second_piece(&second);
-    EXPECT_FALSE(second_piece.Bypassing());
-    for (int64_t i = 0; i < 2 * RowLockBypass::kCheckRows; ++i) EXPECT_TRUE(piece.Bypassing());
+    EXPECT_FALSE(second_piece.Bypassing(64));
+    for (int64_t i = 0; i < 2 * RowLockBypass::kCheckBytes / 64; ++i) {
+      EXPECT_TRUE(piece.Bypassing(64));
+    }
   }
   {
     // Nothing else registered any more: a writer bypasses, and a batch after it does too.
     RowLockBypass::Batch writing(&bypass, /*writer=*/true);
     RowLockBypass::Piece piece(&writing);
-    EXPECT_TRUE(piece.Bypassing());
+    EXPECT_TRUE(piece.Bypassing(64));
   }
   RowLockBypass::Batch after(&bypass, /*writer=*/true);
   RowLockBypass::Piece piece(&after);
-  EXPECT_TRUE(piece.Bypassing());
+  EXPECT_TRUE(piece.Bypassing(64));
 }
 
 }  // namespace

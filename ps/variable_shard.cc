@@ -79,7 +79,7 @@ void VariableShard::ForEachRowLocked(absl::string_view ids, bool write, bool wit
   ParallelRanges(pool, n, Pieces(pool, n), [&](int64_t begin, int64_t end) {
     RowLockBypass::Piece piece(&batch);
     ForEachRow(ids, begin, end, with_slots, [&](int64_t i, int64_t row) {
-      if (piece.Bypassing()) {
+      if (piece.Bypassing(row_bytes_)) {
         fn(i, row);
         return;
       }
@@ -247,7 +247,7 @@ void VariableShard::Read(int64_t begin, int64_t end, char* out) const {
       std::memcpy(out + (row - begin) * row_bytes_, values + row * row_bytes_,
                   (stop - row) * row_bytes_);
     };
-    if (piece.Bypassing()) {
+    if (piece.Bypassing((stop - row) * row_bytes_)) {
       copy();
     } else {
       RowLockGuard lock(locks_.get(), row);
