@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/id_index.h"
@@ -130,19 +131,30 @@ absl::StatusOr<std::string> ShardedVariable::ReadAll() const {
   RETURN_IF_ERROR(SendAll(per_ps, [](PerPs& p, PsClient::Done done) {
     p.client->ReadAsync(&p.request, &p.response, std::move(done));
   }));
-  std::string all(num_rows_ * row_bytes_, '\0');
+  // Each shard's bytes, by row offset (the shards tile the rows in order).
+  std::vector<std::pair<int64_t, std::string*>> parts;
   for (auto& [client, p] : per_ps) {
+    if (p.response.values_size() != p.request.ops_size()) {
+      return absl::InternalError(absl::StrCat(client->name(), ": ", p.response.values_size(),
+                                              " shards read, asked for ", p.request.ops_size()));
+    }
     for (int i = 0; i < p.response.values_size(); ++i) {
       const ShardLocation& s = shards_[p.shard_of_op[i]];
-      const std::string& bytes = p.response.values(i);
-      if (static_cast<int64_t>(bytes.size()) != s.num_rows * row_bytes_) {
+      std::string* bytes = p.response.mutable_values(i);
+      if (static_cast<int64_t>(bytes->size()) != s.num_rows * row_bytes_) {
         return absl::InternalError(absl::StrCat(client->name(), ": shard \"", s.name,
-                                                "\" returned ", bytes.size(), " bytes, expected ",
+                                                "\" returned ", bytes->size(), " bytes, expected ",
                                                 s.num_rows * row_bytes_));
       }
-      std::memcpy(all.data() + s.row_offset * row_bytes_, bytes.data(), bytes.size());
+      parts.emplace_back(s.row_offset, bytes);
     }
   }
+  // One shard: its bytes are the variable's. Else appended in order (no zero fill first).
+  if (parts.size() == 1) return std::move(*parts[0].second);
+  std::sort(parts.begin(), parts.end());
+  std::string all;
+  all.reserve(num_rows_ * row_bytes_);
+  for (const auto& [offset, bytes] : parts) all.append(*bytes);
   return all;
 }
 
