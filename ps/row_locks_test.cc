@@ -38,12 +38,7 @@ struct Table {
       RowLockBypass::Piece piece(&batch);
       for (int t = 0; t < times; ++t) {
         for (int64_t row = kRows * p / pieces; row < kRows * (p + 1) / pieces; ++row) {
-          if (piece.Bypassing(/*bytes=*/64)) {
-            Increment(row);
-          } else {
-            RowLockGuard lock(&locks, row);
-            Increment(row);
-          }
+          piece.Run(&locks, row, /*bytes=*/64, [&] { Increment(row); });
         }
       }
     });
@@ -115,12 +110,7 @@ TEST(RowLockBypassTest, ReadersNeverSeeHalfWrittenRows) {
           ++reads;
         }
       };
-      if (piece.Bypassing(/*bytes=*/kWidth * 8)) {
-        work();
-      } else {
-        RowLockGuard lock(&locks, row);
-        work();
-      }
+      piece.Run(&locks, row, /*bytes=*/kWidth * 8, work);
     }
   };
   std::vector<std::thread> threads;

@@ -79,12 +79,7 @@ void VariableShard::ForEachRowLocked(absl::string_view ids, bool write, bool wit
   ParallelRanges(pool, n, Pieces(pool, n), [&](int64_t begin, int64_t end) {
     RowLockBypass::Piece piece(&batch);
     ForEachRow(ids, begin, end, with_slots, [&](int64_t i, int64_t row) {
-      if (piece.Bypassing(row_bytes_)) {
-        fn(i, row);
-        return;
-      }
-      RowLockGuard lock(locks_.get(), row);
-      fn(i, row);
+      piece.Run(locks_.get(), row, row_bytes_, [&] { fn(i, row); });
     });
   });
 }
@@ -243,16 +238,10 @@ void VariableShard::Read(int64_t begin, int64_t end, char* out) const {
   RowLockBypass::Piece piece(&batch);
   for (int64_t row = begin; row < end;) {
     const int64_t stop = std::min(end, (row / block + 1) * block);  // to the end of row's block
-    auto copy = [&] {
+    piece.Run(locks_.get(), row, (stop - row) * row_bytes_, [&] {
       std::memcpy(out + (row - begin) * row_bytes_, values + row * row_bytes_,
                   (stop - row) * row_bytes_);
-    };
-    if (piece.Bypassing((stop - row) * row_bytes_)) {
-      copy();
-    } else {
-      RowLockGuard lock(locks_.get(), row);
-      copy();
-    }
+    });
     row = stop;
   }
 }
