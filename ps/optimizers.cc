@@ -20,8 +20,8 @@ class Sgd final : public Optimizer {
   explicit Sgd(OptimizerDef def) : Optimizer(std::move(def)), lr_(def_.learning_rate()) {}
   std::vector<std::string> slot_names() const override { return {}; }
   float slot_initial_value(int) const override { return 0; }
-  void ApplyRow(float* __restrict var, float* const*, const float* __restrict g, int64_t width,
-                const StepScalars&) const override {
+  void ApplyRow(float* __restrict var, float* const*, const UnalignedFloat* __restrict g,
+                int64_t width, const StepScalars&) const override {
     for (int64_t i = 0; i < width; ++i) var[i] -= lr_ * g[i];
   }
 
@@ -41,8 +41,8 @@ class Momentum final : public Optimizer {
         nesterov_(def_.nesterov()) {}
   std::vector<std::string> slot_names() const override { return {"momentum"}; }
   float slot_initial_value(int) const override { return 0; }
-  void ApplyRow(float* __restrict var, float* const* slots, const float* __restrict g, int64_t width,
-                const StepScalars&) const override {
+  void ApplyRow(float* __restrict var, float* const* slots, const UnalignedFloat* __restrict g,
+                int64_t width, const StepScalars&) const override {
     float* __restrict accum = slots[0];
     for (int64_t i = 0; i < width; ++i) {
       accum[i] = accum[i] * momentum_ + g[i];
@@ -62,8 +62,8 @@ class Adagrad final : public Optimizer {
       : Optimizer(std::move(def)), lr_(def_.learning_rate()), eps_(def_.epsilon()) {}
   std::vector<std::string> slot_names() const override { return {"accumulator"}; }
   float slot_initial_value(int) const override { return def_.initial_accumulator_value(); }
-  void ApplyRow(float* __restrict var, float* const* slots, const float* __restrict g, int64_t width,
-                const StepScalars&) const override {
+  void ApplyRow(float* __restrict var, float* const* slots, const UnalignedFloat* __restrict g,
+                int64_t width, const StepScalars&) const override {
     float* __restrict accum = slots[0];
     for (int64_t i = 0; i < width; ++i) {
       accum[i] += g[i] * g[i];
@@ -95,8 +95,8 @@ class Adam final : public Optimizer {
                               (1.0 - std::pow(def_.beta_1(), t)));
     return s;
   }
-  void ApplyRow(float* __restrict var, float* const* slots, const float* __restrict g, int64_t width,
-                const StepScalars& s) const override {
+  void ApplyRow(float* __restrict var, float* const* slots, const UnalignedFloat* __restrict g,
+                int64_t width, const StepScalars& s) const override {
     float* __restrict m = slots[0];
     float* __restrict v = slots[1];
     for (int64_t i = 0; i < width; ++i) {
@@ -128,8 +128,8 @@ class Ftrl final : public Optimizer {
   float slot_initial_value(int slot) const override {
     return slot == 0 ? def_.initial_accumulator_value() : 0;
   }
-  void ApplyRow(float* __restrict var, float* const* slots, const float* __restrict g, int64_t width,
-                const StepScalars&) const override {
+  void ApplyRow(float* __restrict var, float* const* slots, const UnalignedFloat* __restrict g,
+                int64_t width, const StepScalars&) const override {
     float* accum = slots[0];
     float* linear = slots[1];
     const bool sqrt_power = power_ == -0.5;

@@ -14,6 +14,10 @@
 
 namespace pstrain {
 
+// A float at any address: gradients are applied where they arrived (gRPC's received slices, at
+// whatever offset the message put them), so loads through this type assume no alignment.
+typedef float UnalignedFloat __attribute__((aligned(1)));
+
 // Per-apply scalars an optimizer computes once per update op (e.g. Adam's bias-corrected rate).
 struct StepScalars {
   float lr = 0;
@@ -38,7 +42,7 @@ class Optimizer {
   // Scalars for the `step`-th (1-based) gradient applied to this shard.
   virtual StepScalars Prepare(int64_t step) const;
   // Applies `grad` to one row of `width` floats: `var` and each slots[i] point at that row.
-  virtual void ApplyRow(float* var, float* const* slots, const float* grad, int64_t width,
+  virtual void ApplyRow(float* var, float* const* slots, const UnalignedFloat* grad, int64_t width,
                         const StepScalars& scalars) const = 0;
 
  protected:

@@ -15,9 +15,12 @@
 namespace pstrain {
 namespace {
 
-// Lookup is served raw (its reply is written in protobuf's wire format straight into the slice
-// gRPC sends: VariableStore::LookupSerialized); every other method is typed.
-class PsServiceImpl final : public PsService::WithRawCallbackMethod_Lookup<PsService::CallbackService> {
+// Lookup and Update are served raw: Lookup's reply is written in protobuf's wire format straight
+// into the slice gRPC sends (VariableStore::LookupSerialized), and Update's request is applied
+// from the slices gRPC received (VariableStore::UpdateWire). Every other method is typed.
+class PsServiceImpl final
+    : public PsService::WithRawCallbackMethod_Lookup<
+          PsService::WithRawCallbackMethod_Update<PsService::CallbackService>> {
  public:
   PsServiceImpl() = default;
 
@@ -76,9 +79,23 @@ class PsServiceImpl final : public PsService::WithRawCallbackMethod_Lookup<PsSer
   }
 
   grpc::ServerUnaryReactor* Update(grpc::CallbackServerContext* context,
-                                   const UpdateRequest* request,
-                                   UpdateResponse* /*response*/) override {
-    return Finish(context, store_.Update(*request));
+                                   const grpc::ByteBuffer* request_bytes,
+                                   grpc::ByteBuffer* response) override {
+    std::vector<grpc::Slice> slices;  // references to the received bytes, not copies
+    absl::Status status;
+    if (!request_bytes->Dump(&slices).ok()) {
+      status = absl::InvalidArgumentError("update: unreadable UpdateRequest");
+    } else {
+      std::vector<absl::string_view> message;
+      message.reserve(slices.size());
+      for (const grpc::Slice& s : slices) {
+        message.emplace_back(reinterpret_cast<const char*>(s.begin()), s.size());
+      }
+      status = store_.UpdateWire(message);
+    }
+    grpc::Slice empty;  // UpdateResponse has no fields: zero bytes
+    *response = grpc::ByteBuffer(&empty, 1);
+    return Finish(context, status);
   }
 
   // Checkpoint calls run long (disk I/O): they run on gRPC's callback thread too; the ps has

@@ -246,37 +246,37 @@ void VariableShard::Read(int64_t begin, int64_t end, char* out) const {
   }
 }
 
-absl::Status VariableShard::ValidateUpdate(const UpdateOp& op) const {
-  const std::string who = absl::StrCat("shard \"", name(), "\": ", KindName(op.kind()));
-  if (op.kind() != UpdateOp::ASSIGN && op.kind() != UpdateOp::ASSIGN_ADD &&
-      op.kind() != UpdateOp::APPLY_GRADIENT) {
+absl::Status VariableShard::ValidateUpdate(const UpdateOpView& op) const {
+  const std::string who = absl::StrCat("shard \"", name(), "\": ", KindName(op.kind));
+  if (op.kind != UpdateOp::ASSIGN && op.kind != UpdateOp::ASSIGN_ADD &&
+      op.kind != UpdateOp::APPLY_GRADIENT) {
     return absl::InvalidArgumentError(
-        absl::StrCat("shard \"", name(), "\": unknown update kind ", static_cast<int>(op.kind())));
+        absl::StrCat("shard \"", name(), "\": unknown update kind ", static_cast<int>(op.kind)));
   }
-  if (op.kind() == UpdateOp::APPLY_GRADIENT && optimizer_ == nullptr) {
+  if (op.kind == UpdateOp::APPLY_GRADIENT && optimizer_ == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat(who, ": the variable has no optimizer (", DataType_Name(dtype()), ")"));
   }
-  if (op.dtype() != dtype()) {
-    return absl::InvalidArgumentError(absl::StrCat(who, ": values are ", DataType_Name(op.dtype()),
+  if (op.dtype != dtype()) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": values are ", DataType_Name(op.dtype),
                                                    " but the variable is ",
                                                    DataType_Name(dtype())));
   }
   if (row_bytes_ == 0) return absl::OkStatus();  // rows of zero width: nothing to check
-  if (op.values().size() % row_bytes_ != 0) {
+  if (op.values_bytes % row_bytes_ != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        who, ": values are ", op.values().size(), " bytes, not a whole number of rows of ",
-        width_, " ", dtype() == DT_FLOAT32 ? "float32" : "int64", " (", row_bytes_,
+        who, ": values are ", op.values_bytes, " bytes, not a whole number of rows of ", width_,
+        " ", dtype() == DT_FLOAT32 ? "float32" : "int64", " (", row_bytes_,
         " bytes); wrong dtype or width?"));
   }
-  const int64_t value_rows = op.values().size() / row_bytes_;
+  const int64_t value_rows = op.values_bytes / row_bytes_;
   int64_t target_rows = 0;
-  if (op.rows_case() == UpdateOp::kIds) {
-    RETURN_IF_ERROR(ValidateIds(op.ids(), KindName(op.kind())));
-    target_rows = op.ids().size() / 8;
+  if (op.sparse) {
+    RETURN_IF_ERROR(ValidateIds(op.ids, KindName(op.kind)));
+    target_rows = op.ids.size() / 8;
   } else {
     int64_t begin = 0, end = 0;
-    RETURN_IF_ERROR(ValidateRange(op.range(), &begin, &end));
+    RETURN_IF_ERROR(ValidateRange(op.range, &begin, &end));
     target_rows = end - begin;
   }
   if (value_rows != target_rows) {
@@ -308,21 +308,11 @@ void VariableShard::UpdateRowLocked(UpdateOp::Kind kind, int64_t row, const char
       return;
     case UpdateOp::APPLY_GRADIENT: {
       float* slot_rows[4];
-      for (size_t s = 0; s < slots_.size(); ++s) slot_rows[s] = Slot(static_cast<int>(s)) + row * width_;
-      // Gradients arrive as bytes that may not be 4-aligned; copy when they aren't.
-      const float* grad = reinterpret_cast<const float*>(src);
-      float aligned[256];
-      std::unique_ptr<float[]> big;
-      if (reinterpret_cast<uintptr_t>(src) % alignof(float) != 0) {
-        float* buf = aligned;
-        if (width_ > 256) {
-          big.reset(new float[width_]);
-          buf = big.get();
-        }
-        std::memcpy(buf, src, row_bytes_);
-        grad = buf;
+      for (size_t s = 0; s < slots_.size(); ++s) {
+        slot_rows[s] = Slot(static_cast<int>(s)) + row * width_;
       }
-      optimizer_->ApplyRow(reinterpret_cast<float*>(dst), slot_rows, grad, width_, scalars);
+      optimizer_->ApplyRow(reinterpret_cast<float*>(dst), slot_rows,
+                           reinterpret_cast<const UnalignedFloat*>(src), width_, scalars);
       return;
     }
     default:
@@ -330,7 +320,7 @@ void VariableShard::UpdateRowLocked(UpdateOp::Kind kind, int64_t row, const char
   }
 }
 
-void VariableShard::ApplySparseGradient(absl::string_view ids, const float* grads,
+void VariableShard::ApplySparseGradient(absl::string_view ids, const char* const* grads,
                                         ThreadPool* pool) {
   const int64_t n = ids.size() / 8;
   const StepScalars scalars = optimizer_->Prepare(apply_count_.fetch_add(1) + 1);
@@ -351,12 +341,12 @@ void VariableShard::ApplySparseGradient(absl::string_view ids, const float* grad
     int64_t next = 0;
     for (auto& [first, row] : sum_of) {
       row = next++;
-      std::memcpy(sums.data() + row * width_, grads + first * width_, width_ * sizeof(float));
+      std::memcpy(sums.data() + row * width_, grads[first], row_bytes_);
       overrides.push_back({first, sums.data() + row * width_});
     }
     for (const RepeatFinder::Repeat& r : repeats) {
       float* sum = sums.data() + sum_of[r.first] * width_;
-      const float* g = grads + r.later * width_;
+      const UnalignedFloat* g = reinterpret_cast<const UnalignedFloat*>(grads[r.later]);
       for (int64_t k = 0; k < width_; ++k) sum[k] += g[k];
       overrides.push_back({r.later, nullptr});
     }
@@ -372,7 +362,7 @@ void VariableShard::ApplySparseGradient(absl::string_view ids, const float* grad
   float* const values = reinterpret_cast<float*>(values_.data());
   // The positions now name distinct rows: pieces of them can run at once.
   ForEachRowLocked(ids, /*write=*/true, /*with_slots=*/true, pool, [&](int64_t i, int64_t row) {
-    const float* g = grads + i * width_;
+    const UnalignedFloat* g = reinterpret_cast<const UnalignedFloat*>(grads[i]);
     if (!overridden.empty() && ((overridden[i / 64] >> (i % 64)) & 1) != 0) {
       g = std::lower_bound(overrides.begin(), overrides.end(), i,
                            [](const Override& o, int64_t pos) { return o.pos < pos; })
@@ -385,37 +375,31 @@ void VariableShard::ApplySparseGradient(absl::string_view ids, const float* grad
   });
 }
 
-void VariableShard::Update(const UpdateOp& op, ThreadPool* pool) {
-  const char* values = op.values().data();
-  if (op.rows_case() == UpdateOp::kIds) {
-    if (op.kind() == UpdateOp::APPLY_GRADIENT) {
-      // Gradients as floats: copy once if the bytes are not float-aligned.
-      if (reinterpret_cast<uintptr_t>(values) % alignof(float) == 0) {
-        ApplySparseGradient(op.ids(), reinterpret_cast<const float*>(values), pool);
-      } else {
-        std::vector<float> copy(op.values().size() / 4);
-        std::memcpy(copy.data(), values, op.values().size());
-        ApplySparseGradient(op.ids(), copy.data(), pool);
-      }
+void VariableShard::Update(const UpdateOpView& op, ThreadPool* pool) {
+  if (row_bytes_ == 0) {  // rows of zero width: nothing to write, but the gradient counts
+    if (op.kind == UpdateOp::APPLY_GRADIENT) apply_count_.fetch_add(1);
+    return;
+  }
+  // The values' rows where they arrived: runs of whole rows, rows cut between pieces copied.
+  const ValueRows rows(op.values, row_bytes_);
+  if (op.sparse) {
+    const std::vector<const char*> src = rows.RowAddresses();
+    if (op.kind == UpdateOp::APPLY_GRADIENT) {
+      ApplySparseGradient(op.ids, src.data(), pool);
       return;
     }
     // In order, on this thread: with repeated ids, the last assign wins.
-    ForEachRowLocked(op.ids(), /*write=*/true, /*with_slots=*/false, /*pool=*/nullptr,
+    ForEachRowLocked(op.ids, /*write=*/true, /*with_slots=*/false, /*pool=*/nullptr,
                      [&](int64_t i, int64_t row) {
-                       UpdateRowLocked(op.kind(), row, values + i * row_bytes_, StepScalars());
+                       UpdateRowLocked(op.kind, row, src[i], StepScalars());
                      });
     return;
   }
   int64_t begin = 0, end = 0;
-  ValidateRange(op.range(), &begin, &end).IgnoreError();  // validated by ValidateUpdate
+  ValidateRange(op.range, &begin, &end).IgnoreError();  // validated by ValidateUpdate
   StepScalars scalars;
-  // Float-aligned gradients are applied a block of rows at a time (else row by row, copying each).
-  const float* aligned_grads = nullptr;
-  if (op.kind() == UpdateOp::APPLY_GRADIENT) {
+  if (op.kind == UpdateOp::APPLY_GRADIENT) {
     scalars = optimizer_->Prepare(apply_count_.fetch_add(1) + 1);
-    if (reinterpret_cast<uintptr_t>(values) % alignof(float) == 0) {
-      aligned_grads = reinterpret_cast<const float*>(values);
-    }
   }
   // One lock per block of rows; pieces of the range may run at once (their blocks' locks keep a
   // block that two pieces share whole).
@@ -428,23 +412,26 @@ void VariableShard::Update(const UpdateOp& op, ThreadPool* pool) {
     for (int64_t row = begin + piece_begin; row < begin + piece_end;) {
       const int64_t stop = std::min(begin + piece_end, (row / block + 1) * block);
       RowLockGuard lock(locks_.get(), row);
-      if (op.kind() == UpdateOp::ASSIGN) {
-        std::memcpy(values_.data() + row * row_bytes_, values + (row - begin) * row_bytes_,
-                    (stop - row) * row_bytes_);
-      } else if (op.kind() == UpdateOp::APPLY_GRADIENT && aligned_grads != nullptr) {
-        // The optimizers are elementwise: a block of consecutive rows is one long row.
-        float* slot_rows[4];
-        for (size_t k = 0; k < slots_.size(); ++k) {
-          slot_rows[k] = Slot(static_cast<int>(k)) + row * width_;
+      // The block's rows as the values' runs give them (value row r is shard row begin + r).
+      rows.ForRange(row - begin, stop - begin, [&](int64_t first, int64_t count, const char* src) {
+        const int64_t r = begin + first;
+        if (op.kind == UpdateOp::ASSIGN) {
+          std::memcpy(values_.data() + r * row_bytes_, src, count * row_bytes_);
+        } else if (op.kind == UpdateOp::APPLY_GRADIENT) {
+          // The optimizers are elementwise: consecutive rows are one long row.
+          float* slot_rows[4];
+          for (size_t k = 0; k < slots_.size(); ++k) {
+            slot_rows[k] = Slot(static_cast<int>(k)) + r * width_;
+          }
+          optimizer_->ApplyRow(reinterpret_cast<float*>(values_.data()) + r * width_, slot_rows,
+                               reinterpret_cast<const UnalignedFloat*>(src), count * width_,
+                               scalars);
+        } else {
+          for (int64_t k = 0; k < count; ++k) {
+            UpdateRowLocked(op.kind, r + k, src + k * row_bytes_, scalars);
+          }
         }
-        optimizer_->ApplyRow(reinterpret_cast<float*>(values_.data()) + row * width_, slot_rows,
-                             aligned_grads + (row - begin) * width_, (stop - row) * width_,
-                             scalars);
-      } else {
-        for (int64_t r = row; r < stop; ++r) {
-          UpdateRowLocked(op.kind(), r, values + (r - begin) * row_bytes_, scalars);
-        }
-      }
+      });
       row = stop;
     }
   });

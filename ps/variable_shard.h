@@ -15,6 +15,7 @@
 #include "ps/row_locks.h"
 #include "common/thread_pool.h"
 #include "ps/table_memory.h"
+#include "ps/update_view.h"
 
 namespace pstrain {
 
@@ -55,8 +56,9 @@ class VariableShard {
   // Update: assign, assign-add, or apply a gradient with the shard's optimizer.
   // Errors: kInvalidArgument (values not a whole number of rows, count mismatch, ids out of range,
   // gradients for a variable without an optimizer or of a non-float dtype).
-  absl::Status ValidateUpdate(const UpdateOp& op) const;
-  void Update(const UpdateOp& op, ThreadPool* pool = nullptr);
+  // `op`'s values may be in pieces (UpdateOpView).
+  absl::Status ValidateUpdate(const UpdateOpView& op) const;
+  void Update(const UpdateOpView& op, ThreadPool* pool = nullptr);
 
   // Number of gradients applied so far (Adam's t).
   int64_t apply_count() const { return apply_count_.load(); }
@@ -101,8 +103,8 @@ class VariableShard {
   template <typename Fn>
   void ForEachRowLocked(absl::string_view ids, bool write, bool with_slots, ThreadPool* pool,
                         Fn fn) const;
-  // Gradient apply for sparse ids, summing repeated ids first.
-  void ApplySparseGradient(absl::string_view ids, const float* grads, ThreadPool* pool);
+  // Gradient apply for sparse ids, summing repeated ids first; grads[i] is position i's row.
+  void ApplySparseGradient(absl::string_view ids, const char* const* grads, ThreadPool* pool);
 
   VariableShardDef def_;
   int64_t width_ = 0;

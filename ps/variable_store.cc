@@ -171,12 +171,20 @@ absl::Status VariableStore::Read(const ReadRequest& request, ReadResponse* respo
 }
 
 absl::Status VariableStore::Update(const UpdateRequest& request) {
+  return Update(ViewsOf(request));
+}
+
+absl::Status VariableStore::UpdateWire(const std::vector<absl::string_view>& message) {
+  std::vector<UpdateOpView> ops;
+  RETURN_IF_ERROR(ParseUpdateRequest(message, &ops));
+  return Update(ops);
+}
+
+absl::Status VariableStore::Update(const std::vector<UpdateOpView>& ops) {
   absl::ReaderMutexLock gate(&update_gate_);
-  ASSIGN_OR_RETURN(auto shards, FindAll(request.ops()));
-  for (int i = 0; i < request.ops_size(); ++i) {
-    RETURN_IF_ERROR(shards[i]->ValidateUpdate(request.ops(i)));
-  }
-  for (int i = 0; i < request.ops_size(); ++i) shards[i]->Update(request.ops(i), pool_.get());
+  ASSIGN_OR_RETURN(auto shards, FindAll(ops));
+  for (size_t i = 0; i < ops.size(); ++i) RETURN_IF_ERROR(shards[i]->ValidateUpdate(ops[i]));
+  for (size_t i = 0; i < ops.size(); ++i) shards[i]->Update(ops[i], pool_.get());
   return absl::OkStatus();
 }
 

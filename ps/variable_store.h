@@ -49,6 +49,10 @@ class VariableStore {
                                 const std::function<char*(size_t bytes)>& allocate) const;
   absl::Status Read(const ReadRequest& request, ReadResponse* response) const;
   absl::Status Update(const UpdateRequest& request);
+  // Update from UpdateRequest's wire format in pieces (gRPC's received slices), applied from where
+  // it lies: no copy of the values into protobuf strings. Errors: as Update, plus kInvalidArgument
+  // for a malformed message (nothing is applied).
+  absl::Status UpdateWire(const std::vector<absl::string_view>& message);
 
   // Checkpoints (see ps/shard_checkpoint.h). SaveShards writes every shard into a new database;
   // updates wait while it writes, so values and slots are of one instant. Errors: as
@@ -66,6 +70,8 @@ class VariableStore {
   // Finds every named shard, in order. Errors: kNotFound naming the first unknown shard.
   template <typename Ops>
   absl::StatusOr<std::vector<std::shared_ptr<VariableShard>>> FindAll(const Ops& ops) const;
+  // Validates every op, then applies them.
+  absl::Status Update(const std::vector<UpdateOpView>& ops);
 
   std::unique_ptr<ThreadPool> pool_;  // null: no helper threads
 

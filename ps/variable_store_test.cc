@@ -540,3 +540,100 @@ TEST(VariableStoreInt64Test, Int64Counters_AssignAddAndLookup) {
 
 }  // namespace
 }  // namespace pstrain
+
+namespace pstrain {
+namespace {
+
+// The pieces of `bytes`, cut every `n` bytes (at odd offsets, so rows and floats straddle them).
+std::vector<absl::string_view> CutInto(const std::string& bytes, size_t n) {
+  std::vector<absl::string_view> pieces;
+  for (size_t at = 0; at < bytes.size(); at += n) {
+    pieces.push_back(absl::string_view(bytes).substr(at, n));
+  }
+  return pieces;
+}
+
+TEST(VariableStoreWireTest, UpdateFromPiecesMatchesUpdateFromTheParsedRequest) {
+  // Two stores with the same Adagrad shard (sparse pushes with repeated ids), a dense SGD shard
+  // and an int64 shard; one gets parsed requests, the other the same bytes cut into pieces.
+  auto create = [](VariableStore* store) {
+    VariableShardDef emb = FloatShard("emb", 50, 0, 50, 5, 0.5f);
+    emb.mutable_optimizer()->set_kind(OptimizerDef::ADAGRAD);
+    emb.mutable_optimizer()->set_learning_rate(0.1f);
+    VariableShardDef dense = FloatShard("dense", 7, 0, 7, 3, 1.0f);
+    dense.mutable_optimizer()->set_kind(OptimizerDef::SGD);
+    dense.mutable_optimizer()->set_learning_rate(0.5f);
+    VariableShardDef counts = FloatShard("counts", 9, 0, 9, 2);
+    counts.set_dtype(DT_INT64);
+    ASSERT_TRUE(store->CreateShards({emb, dense, counts}).ok());
+  };
+  VariableStore parsed, pieces;
+  create(&parsed);
+  create(&pieces);
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> g(-1, 1);
+  for (int round = 0; round < 12; ++round) {
+    UpdateRequest request;
+    std::vector<int64_t> ids;
+    std::vector<float> grads;
+    for (int i = 0; i < 40; ++i) {
+      ids.push_back(rng() % 50);  // repeats: summed before the apply
+      for (int k = 0; k < 5; ++k) grads.push_back(g(rng));
+    }
+    *request.add_ops() = SparseOp("emb", UpdateOp::APPLY_GRADIENT, ids, grads);
+    UpdateOp* dense = request.add_ops();
+    dense->set_shard("dense");
+    dense->set_kind(round % 3 == 0 ? UpdateOp::ASSIGN : UpdateOp::APPLY_GRADIENT);
+    dense->mutable_range()->set_row_begin(1);
+    dense->mutable_range()->set_row_end(6);
+    std::vector<float> d(15);
+    for (float& x : d) x = g(rng);
+    dense->set_values(Bytes(d));
+    dense->set_dtype(DT_FLOAT32);
+    UpdateOp* counts = request.add_ops();
+    counts->set_shard("counts");
+    counts->set_kind(UpdateOp::ASSIGN_ADD);
+    counts->set_ids(Bytes(std::vector<int64_t>{2, 8, 2}));
+    counts->set_values(Bytes(std::vector<int64_t>{1, 10, 100, 1000, 5, 50}));
+    counts->set_dtype(DT_INT64);
+
+    ASSERT_TRUE(parsed.Update(request).ok());
+    const std::string wire = request.SerializeAsString();
+    ASSERT_TRUE(pieces.UpdateWire(CutInto(wire, 7 + round)).ok());
+  }
+  for (const char* shard : {"emb", "dense", "counts"}) {
+    EXPECT_EQ(ReadAll(parsed, shard), ReadAll(pieces, shard)) << shard;
+  }
+  EXPECT_EQ(parsed.Find("emb")->apply_count(), 12);
+  EXPECT_EQ(pieces.Find("emb")->apply_count(), 12);
+  // The int64 counts are exact: 12 rounds of (1, 10) + (5, 50) on row 2 and (100, 1000) on row 8.
+  ReadRequest read;
+  read.add_ops()->set_shard("counts");
+  ReadResponse response;
+  ASSERT_TRUE(pieces.Read(read, &response).ok());
+  const std::vector<int64_t> counts = FromBytes<int64_t>(response.values(0));
+  EXPECT_EQ(counts[4], 12 * 6);
+  EXPECT_EQ(counts[5], 12 * 60);
+  EXPECT_EQ(counts[16], 12 * 100);
+  EXPECT_EQ(counts[17], 12 * 1000);
+}
+
+TEST(VariableStoreWireTest, AMalformedOrInvalidMessageChangesNothing) {
+  VariableStore store;
+  ASSERT_TRUE(store.CreateShards({FloatShard("t", 4, 0, 4, 2, 1.0f)}).ok());
+  UpdateRequest request;
+  *request.add_ops() = SparseOp("t", UpdateOp::ASSIGN_ADD, {0, 1}, {1, 1, 1, 1});
+  *request.add_ops() = SparseOp("t", UpdateOp::ASSIGN_ADD, {3, 4}, {1, 1, 1, 1});  // 4: no row
+  const std::string wire = request.SerializeAsString();
+  absl::Status s = store.UpdateWire(CutInto(wire, 5));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("out of range"));
+  // Cut short: the first op is whole, the message is not.
+  s = store.UpdateWire({absl::string_view(wire).substr(0, wire.size() - 3)});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("malformed UpdateRequest"));
+  EXPECT_THAT(ReadAll(store, "t"), ElementsAre(1, 1, 1, 1, 1, 1, 1, 1));
+}
+
+}  // namespace
+}  // namespace pstrain

@@ -1,0 +1,144 @@
+#include "common/wire_reader.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace pstrain {
+namespace {
+
+// Cuts `bytes` into pieces of `n` bytes (the last one shorter).
+std::vector<absl::string_view> Cut(const std::string& bytes, size_t n) {
+  std::vector<absl::string_view> pieces;
+  for (size_t at = 0; at < bytes.size(); at += n) {
+    pieces.push_back(absl::string_view(bytes).substr(at, n));
+  }
+  return pieces;
+}
+
+std::string Join(const std::vector<absl::string_view>& pieces) {
+  std::string s;
+  for (absl::string_view p : pieces) s.append(p.data(), p.size());
+  return s;
+}
+
+// field 1: varint 300; field 2: bytes "hello, wire"; field 9: fixed64; field 3: fixed32;
+// field 4: empty bytes.
+std::string Message() {
+  std::string m;
+  m += "\x08\xac\x02";
+  m += "\x12\x0b" "hello, wire";
+  m += "\x49" + std::string(8, 'x');
+  m += "\x1d" + std::string(4, 'y');
+  m += std::string("\x22\x00", 2);
+  return m;
+}
+
+TEST(WireReaderTest, ReadsEveryFieldWhereverThePiecesAreCut) {
+  const std::string message = Message();
+  for (size_t n = 1; n <= message.size(); ++n) {
+    const std::vector<absl::string_view> pieces = Cut(message, n);
+    WireReader reader(&pieces, "test message");
+    int field = 0, type = 0;
+    uint64_t v = 0;
+    ASSERT_TRUE(reader.ReadTag(&field, &type).ok());
+    EXPECT_EQ(field, 1);
+    EXPECT_EQ(type, 0);
+    ASSERT_TRUE(reader.ReadVarint(&v).ok());
+    EXPECT_EQ(v, 300u);
+    ASSERT_TRUE(reader.ReadTag(&field, &type).ok());
+    EXPECT_EQ(field, 2);
+    std::vector<absl::string_view> bytes;
+    ASSERT_TRUE(reader.ReadBytes(&bytes).ok());
+    EXPECT_EQ(Join(bytes), "hello, wire") << "pieces of " << n;
+    EXPECT_EQ(WireReader::SizeOf(bytes), 11u);
+    // The views point into the message: nothing was copied.
+    for (absl::string_view b : bytes) {
+      EXPECT_GE(b.data(), message.data());
+      EXPECT_LE(b.data() + b.size(), message.data() + message.size());
+    }
+    ASSERT_TRUE(reader.ReadTag(&field, &type).ok());
+    EXPECT_EQ(field, 9);
+    ASSERT_TRUE(reader.Skip(type).ok());
+    ASSERT_TRUE(reader.ReadTag(&field, &type).ok());
+    EXPECT_EQ(field, 3);
+    ASSERT_TRUE(reader.Skip(type).ok());
+    ASSERT_TRUE(reader.ReadTag(&field, &type).ok());
+    EXPECT_EQ(field, 4);
+    std::string s = "old";
+    ASSERT_TRUE(reader.ReadString(&s).ok());
+    EXPECT_EQ(s, "");
+    EXPECT_TRUE(reader.Done());
+  }
+}
+
+TEST(WireReaderTest, EmptyPiecesAreSkipped) {
+  const std::string a = "\x12\x02" "a", b = "b";
+  const std::vector<absl::string_view> pieces = {"", a, "", "", b, ""};
+  WireReader reader(&pieces, "test message");
+  int field = 0, type = 0;
+  ASSERT_TRUE(reader.ReadTag(&field, &type).ok());
+  std::string s;
+  ASSERT_TRUE(reader.ReadString(&s).ok());
+  EXPECT_EQ(s, "ab");
+  EXPECT_TRUE(reader.Done());
+}
+
+TEST(WireReaderTest, EveryTruncationIsAnErrorNamingTheMessage) {
+  const std::string message = Message();
+  // Cut after each byte: reading the whole message must fail (except where a field ends).
+  const std::vector<size_t> field_ends = {3, 16, 25, 30, 32};
+  for (size_t len = 1; len < message.size(); ++len) {
+    const std::string cut = message.substr(0, len);
+    const std::vector<absl::string_view> pieces = Cut(cut, 3);
+    WireReader reader(&pieces, "test message");
+    absl::Status status;
+    while (status.ok() && !reader.Done()) {
+      int field = 0, type = 0;
+      status = reader.ReadTag(&field, &type);
+      if (status.ok()) status = reader.Skip(type);
+    }
+    const bool at_field_end =
+        std::find(field_ends.begin(), field_ends.end(), len) != field_ends.end();
+    if (at_field_end) {
+      EXPECT_TRUE(status.ok()) << len;
+    } else {
+      ASSERT_FALSE(status.ok()) << len;
+      EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_NE(status.message().find("malformed test message"), std::string::npos)
+          << status.message();
+    }
+  }
+}
+
+TEST(WireReaderTest, BadTagsAndGroupsAreErrors) {
+  int field = 0, type = 0;
+  {
+    const std::string zero("\x00", 1);  // field number 0
+    const std::vector<absl::string_view> pieces = {zero};
+    WireReader reader(&pieces, "m");
+    EXPECT_EQ(reader.ReadTag(&field, &type).code(), absl::StatusCode::kInvalidArgument);
+  }
+  {
+    const std::string group = "\x0b";  // field 1, start group
+    const std::vector<absl::string_view> pieces = {group};
+    WireReader reader(&pieces, "m");
+    ASSERT_TRUE(reader.ReadTag(&field, &type).ok());
+    EXPECT_EQ(type, 3);
+    const absl::Status s = reader.Skip(type);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("wire type 3"), std::string::npos) << s.message();
+  }
+  {
+    const std::string long_varint(11, '\xff');
+    const std::vector<absl::string_view> pieces = {long_varint};
+    WireReader reader(&pieces, "m");
+    uint64_t v = 0;
+    EXPECT_EQ(reader.ReadVarint(&v).code(), absl::StatusCode::kInvalidArgument);
+  }
+}
+
+}  // namespace
+}  // namespace pstrain

@@ -1,0 +1,167 @@
+#include "ps/update_view.h"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace pstrain {
+namespace {
+
+std::vector<absl::string_view> Cut(const std::string& bytes, size_t n) {
+  std::vector<absl::string_view> pieces;
+  for (size_t at = 0; at < bytes.size(); at += n) {
+    pieces.push_back(absl::string_view(bytes).substr(at, n));
+  }
+  return pieces;
+}
+
+std::string Join(const std::vector<absl::string_view>& pieces) {
+  std::string s;
+  for (absl::string_view p : pieces) s.append(p.data(), p.size());
+  return s;
+}
+
+std::string Ids(std::vector<int64_t> ids) {
+  return std::string(reinterpret_cast<const char*>(ids.data()), ids.size() * 8);
+}
+
+UpdateRequest Request() {
+  UpdateRequest request;
+  UpdateOp* sparse = request.add_ops();
+  sparse->set_shard("emb/part_0");
+  sparse->set_kind(UpdateOp::APPLY_GRADIENT);
+  sparse->set_ids(Ids({3, 1, 300, 70000}));
+  std::string values(4 * 12, '\0');
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<char>(i * 7);
+  sparse->set_values(values);
+  sparse->set_dtype(DT_FLOAT32);
+  UpdateOp* dense = request.add_ops();
+  dense->set_shard("bias");
+  dense->set_kind(UpdateOp::ASSIGN_ADD);
+  dense->mutable_range()->set_row_begin(2);
+  dense->mutable_range()->set_row_end(5);
+  dense->set_values(std::string(3 * 8, 'v'));
+  dense->set_dtype(DT_INT64);
+  UpdateOp* whole = request.add_ops();  // the whole shard: range (0, 0), fields left default
+  whole->set_shard("w");
+  whole->mutable_range();
+  return request;
+}
+
+void ExpectSame(const std::vector<UpdateOpView>& got, const UpdateRequest& want) {
+  ASSERT_EQ(got.size(), static_cast<size_t>(want.ops_size()));
+  for (int i = 0; i < want.ops_size(); ++i) {
+    const UpdateOp& w = want.ops(i);
+    const UpdateOpView& g = got[i];
+    EXPECT_EQ(g.shard(), w.shard());
+    EXPECT_EQ(g.kind, w.kind());
+    EXPECT_EQ(g.dtype, w.dtype());
+    EXPECT_EQ(g.sparse, w.rows_case() == UpdateOp::kIds);
+    EXPECT_EQ(std::string(g.ids), w.ids());
+    EXPECT_EQ(g.range.row_begin(), w.range().row_begin());
+    EXPECT_EQ(g.range.row_end(), w.range().row_end());
+    EXPECT_EQ(Join(g.values), w.values());
+    EXPECT_EQ(g.values_bytes, static_cast<int64_t>(w.values().size()));
+  }
+}
+
+TEST(UpdateViewTest, ParsesTheWireFormatWhereverItIsCut) {
+  const UpdateRequest request = Request();
+  const std::string wire = request.SerializeAsString();
+  for (size_t n = 1; n <= wire.size(); ++n) {
+    const std::vector<absl::string_view> pieces = Cut(wire, n);
+    std::vector<UpdateOpView> ops;
+    ASSERT_TRUE(ParseUpdateRequest(pieces, &ops).ok()) << n;
+    ExpectSame(ops, request);
+    // Values in one piece are views of the message, not copies.
+    if (n == wire.size()) {
+      ASSERT_EQ(ops[0].values.size(), 1u);
+      EXPECT_GE(ops[0].values[0].data(), wire.data());
+      EXPECT_LT(ops[0].values[0].data(), wire.data() + wire.size());
+    }
+  }
+  ExpectSame(ViewsOf(request), request);
+}
+
+TEST(UpdateViewTest, UnknownFieldsAreSkippedAndTheLastOfARepeatedFieldWins) {
+  UpdateRequest request;
+  UpdateOp* op = request.add_ops();
+  op->set_shard("a");
+  op->set_ids(Ids({1}));
+  op->set_values("12345678");
+  // Append to the op (its length grows): field 9 varint, then shard "b", then a range, which
+  // replaces the ids as the oneof's last member.
+  UpdateOp tail;
+  tail.set_shard("b");
+  tail.mutable_range()->set_row_end(4);
+  const std::string extra = std::string("\x48\x05", 2) + tail.SerializeAsString();
+  // Build the op by hand: its original bytes plus `extra`, in one ops field.
+  const std::string op_bytes = request.ops(0).SerializeAsString() + extra;
+  std::string message = "\x0a";
+  message += static_cast<char>(op_bytes.size());
+  message += op_bytes;
+  message += std::string("\x10\x01", 2);  // UpdateRequest field 2 (unknown): skipped
+  std::vector<UpdateOpView> ops;
+  ASSERT_TRUE(ParseUpdateRequest({message}, &ops).ok());
+  ASSERT_EQ(ops.size(), 1u);
+  EXPECT_EQ(ops[0].shard(), "b");
+  EXPECT_FALSE(ops[0].sparse);
+  EXPECT_EQ(ops[0].range.row_end(), 4);
+  EXPECT_EQ(Join(ops[0].values), "12345678");
+  // As protobuf itself reads it.
+  UpdateRequest parsed;
+  ASSERT_TRUE(parsed.ParseFromString(message));
+  EXPECT_EQ(parsed.ops(0).shard(), "b");
+  EXPECT_EQ(parsed.ops(0).rows_case(), UpdateOp::kRange);
+}
+
+TEST(UpdateViewTest, MalformedMessagesAreInvalidArgumentNamingUpdateRequest) {
+  const std::string wire = Request().SerializeAsString();
+  for (size_t len : {size_t{1}, size_t{5}, wire.size() - 1}) {
+    std::vector<UpdateOpView> ops;
+    const absl::Status s = ParseUpdateRequest({absl::string_view(wire).substr(0, len)}, &ops);
+    ASSERT_FALSE(s.ok()) << len;
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("UpdateRequest"), std::string::npos) << s.message();
+  }
+  // ops as a varint instead of a message.
+  std::vector<UpdateOpView> ops;
+  const absl::Status s = ParseUpdateRequest({std::string("\x08\x01", 2)}, &ops);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("UpdateRequest.ops"), std::string::npos) << s.message();
+}
+
+TEST(ValueRowsTest, EveryRowAtOneAddressWithItsBytesWhereverThePiecesAreCut) {
+  const int64_t row_bytes = 12;
+  std::string values(row_bytes * 9, '\0');
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<char>(i);
+  for (size_t n = 1; n <= values.size() + 1; ++n) {
+    const std::vector<absl::string_view> pieces = Cut(values, n);
+    const ValueRows rows(pieces, row_bytes);
+    const std::vector<const char*> at = rows.RowAddresses();
+    ASSERT_EQ(at.size(), 9u) << n;
+    for (int64_t r = 0; r < 9; ++r) {
+      EXPECT_EQ(std::string(at[r], row_bytes), values.substr(r * row_bytes, row_bytes))
+          << "row " << r << ", pieces of " << n;
+    }
+    // ForRange covers rows [2, 7) exactly once, in order.
+    std::string seen;
+    int64_t next = 2;
+    rows.ForRange(2, 7, [&](int64_t first, int64_t count, const char* data) {
+      EXPECT_EQ(first, next);
+      next = first + count;
+      seen.append(data, count * row_bytes);
+    });
+    EXPECT_EQ(next, 7);
+    EXPECT_EQ(seen, values.substr(2 * row_bytes, 5 * row_bytes)) << n;
+  }
+  // Rows within a piece are not copied.
+  const ValueRows one({values}, row_bytes);
+  ASSERT_EQ(one.runs().size(), 1u);
+  EXPECT_EQ(one.runs()[0].data, values.data());
+}
+
+}  // namespace
+}  // namespace pstrain
