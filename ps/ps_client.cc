@@ -7,7 +7,7 @@
 
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/notification.h"
-#include "google/protobuf/wire_format_lite.h"
+#include "common/wire_reader.h"
 
 namespace pstrain {
 namespace {
@@ -28,51 +28,18 @@ absl::Status Wait(Call call) {
 }  // namespace
 
 absl::StatusOr<std::vector<std::vector<absl::string_view>>> LookupWireReply::Values() const {
-  // A cursor over the chunks.
-  size_t chunk = 0, at = 0;
-  auto next_chunk = [&] {
-    while (chunk < chunks_.size() && at == chunks_[chunk].size()) {
-      ++chunk;
-      at = 0;
-    }
-    return chunk < chunks_.size();
-  };
-  auto read_byte = [&](uint8_t* b) {
-    if (!next_chunk()) return false;
-    *b = static_cast<uint8_t>(chunks_[chunk][at++]);
-    return true;
-  };
+  WireReader reader(&chunks_, "lookup reply");
   std::vector<std::vector<absl::string_view>> values;
-  while (next_chunk()) {
-    uint8_t tag = 0;
-    read_byte(&tag);
-    using google::protobuf::internal::WireFormatLite;  // LookupResponse.values: field 1, bytes
-    if (tag != WireFormatLite::MakeTag(1, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {
-      return absl::InternalError(absl::StrCat("lookup reply: unexpected field tag ",
-                                              static_cast<int>(tag), " after ", values.size(),
+  while (!reader.Done()) {
+    int field = 0, type = 0;
+    absl::Status s = reader.ReadTag(&field, &type);
+    if (s.ok() && (field != 1 || type != 2)) {  // LookupResponse.values: field 1, bytes
+      return absl::InternalError(absl::StrCat("lookup reply: unexpected field ", field,
+                                              " (wire type ", type, ") after ", values.size(),
                                               " values"));
     }
-    uint64_t length = 0;
-    for (int shift = 0;; shift += 7) {
-      uint8_t b = 0;
-      if (shift > 63 || !read_byte(&b)) {
-        return absl::InternalError(
-            absl::StrCat("lookup reply: value ", values.size(), " has a cut or bad length"));
-      }
-      length |= static_cast<uint64_t>(b & 0x7f) << shift;
-      if ((b & 0x80) == 0) break;
-    }
-    std::vector<absl::string_view>& pieces = values.emplace_back();
-    while (length > 0) {
-      if (!next_chunk()) {
-        return absl::InternalError(absl::StrCat("lookup reply: value ", values.size() - 1,
-                                                " is cut short by ", length, " bytes"));
-      }
-      const size_t take = std::min<uint64_t>(length, chunks_[chunk].size() - at);
-      pieces.push_back(chunks_[chunk].substr(at, take));
-      at += take;
-      length -= take;
-    }
+    if (s.ok()) s = reader.ReadBytes(&values.emplace_back());
+    if (!s.ok()) return absl::InternalError(s.message());
   }
   return values;
 }
