@@ -64,7 +64,8 @@ TEST(LookupWireReplyTest, Malformed_InternalNamingTheProblem) {
               StatusIs(absl::StatusCode::kInternal, HasSubstr("unexpected field 2 (wire type 2)")));
   auto cut_length = std::make_shared<std::string>("\x0a\x80");  // varint never ends
   EXPECT_THAT(Chunked(cut_length, 1).Values(),
-              StatusIs(absl::StatusCode::kInternal, HasSubstr("malformed lookup reply: a varint cut short")));
+              StatusIs(absl::StatusCode::kInternal,
+                       HasSubstr("malformed lookup reply: a varint cut short")));
 }
 
 }  // namespace

@@ -15,12 +15,13 @@
 namespace pstrain {
 namespace {
 
-// Lookup and Update are served raw: Lookup's reply is written in protobuf's wire format straight
-// into the slice gRPC sends (VariableStore::LookupSerialized), and Update's request is applied
-// from the slices gRPC received (VariableStore::UpdateWire). Every other method is typed.
+// The data path is served raw: Lookup's and Read's replies are written in protobuf's wire format
+// straight into the slice gRPC sends (VariableStore::LookupSerialized, ReadSerialized), and
+// Update's request is applied from the slices gRPC received (VariableStore::UpdateWire). Every
+// other method is typed.
 class PsServiceImpl final
-    : public PsService::WithRawCallbackMethod_Lookup<
-          PsService::WithRawCallbackMethod_Update<PsService::CallbackService>> {
+    : public PsService::WithRawCallbackMethod_Lookup<PsService::WithRawCallbackMethod_Read<
+          PsService::WithRawCallbackMethod_Update<PsService::CallbackService>>> {
  public:
   PsServiceImpl() = default;
 
@@ -56,26 +57,21 @@ class PsServiceImpl final
   grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* context,
                                    const grpc::ByteBuffer* request_bytes,
                                    grpc::ByteBuffer* response) override {
-    LookupRequest request;
-    grpc::ByteBuffer copy(*request_bytes);  // shares the slices; Deserialize consumes its argument
-    const grpc::Status parsed =
-        grpc::SerializationTraits<LookupRequest>::Deserialize(&copy, &request);
-    if (!parsed.ok()) {
-      return Finish(context, absl::InvalidArgumentError(absl::StrCat(
-                                 "lookup: malformed LookupRequest: ", parsed.error_message())));
-    }
-    grpc::Slice reply;
-    const absl::Status status = store_.LookupSerialized(request, [&reply](size_t bytes) {
-      reply = grpc::Slice(grpc_slice_malloc(bytes), grpc::Slice::STEAL_REF);
-      return reinterpret_cast<char*>(const_cast<uint8_t*>(reply.begin()));
-    });
-    if (status.ok()) *response = grpc::ByteBuffer(&reply, 1);
-    return Finish(context, status);
+    return ServeSerialized<LookupRequest>(
+        context, request_bytes, response, "lookup",
+        [this](const LookupRequest& request, const std::function<char*(size_t)>& allocate) {
+          return store_.LookupSerialized(request, allocate);
+        });
   }
 
-  grpc::ServerUnaryReactor* Read(grpc::CallbackServerContext* context, const ReadRequest* request,
-                                 ReadResponse* response) override {
-    return Finish(context, store_.Read(*request, response));
+  grpc::ServerUnaryReactor* Read(grpc::CallbackServerContext* context,
+                                 const grpc::ByteBuffer* request_bytes,
+                                 grpc::ByteBuffer* response) override {
+    return ServeSerialized<ReadRequest>(
+        context, request_bytes, response, "read",
+        [this](const ReadRequest& request, const std::function<char*(size_t)>& allocate) {
+          return store_.ReadSerialized(request, allocate);
+        });
   }
 
   grpc::ServerUnaryReactor* Update(grpc::CallbackServerContext* context,
@@ -123,6 +119,30 @@ class PsServiceImpl final
   }
 
  private:
+  // Parses a Request from `request_bytes`, then has serve(request, allocate) write the reply's
+  // wire format into one slice of the size it asks `allocate` for.
+  template <typename Request, typename Serve>
+  static grpc::ServerUnaryReactor* ServeSerialized(grpc::CallbackServerContext* context,
+                                                   const grpc::ByteBuffer* request_bytes,
+                                                   grpc::ByteBuffer* response,
+                                                   absl::string_view what, Serve serve) {
+    Request request;
+    grpc::ByteBuffer copy(*request_bytes);  // shares the slices; Deserialize consumes its argument
+    const grpc::Status parsed = grpc::SerializationTraits<Request>::Deserialize(&copy, &request);
+    if (!parsed.ok()) {
+      return Finish(context, absl::InvalidArgumentError(
+                                 absl::StrCat(what, ": malformed ", Request::descriptor()->name(),
+                                              ": ", parsed.error_message())));
+    }
+    grpc::Slice reply;
+    const absl::Status status = serve(request, [&reply](size_t bytes) {
+      reply = grpc::Slice(grpc_slice_malloc(bytes), grpc::Slice::STEAL_REF);
+      return reinterpret_cast<char*>(const_cast<uint8_t*>(reply.begin()));
+    });
+    if (status.ok()) *response = grpc::ByteBuffer(&reply, 1);
+    return Finish(context, status);
+  }
+
   static grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context,
                                           const absl::Status& status) {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();

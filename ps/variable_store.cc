@@ -128,30 +128,62 @@ absl::Status VariableStore::Lookup(const LookupRequest& request, LookupResponse*
   return absl::OkStatus();
 }
 
+namespace {
+
+// Writes a message of one length-delimited field 1 per entry of `lengths` (LookupResponse and
+// ReadResponse: `repeated bytes values = 1`) into one buffer from `allocate`; fill(i, out) writes
+// value i's lengths[i] bytes at `out`.
+void WriteValuesMessage(const std::vector<uint64_t>& lengths,
+                        const std::function<char*(size_t bytes)>& allocate,
+                        const std::function<void(size_t i, char* out)>& fill) {
+  using google::protobuf::internal::WireFormatLite;
+  using google::protobuf::io::CodedOutputStream;
+  constexpr uint8_t kValuesTag =
+      WireFormatLite::MakeTag(1, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
+  size_t total = 0;
+  for (uint64_t length : lengths) total += 1 + CodedOutputStream::VarintSize64(length) + length;
+  uint8_t* out = reinterpret_cast<uint8_t*>(allocate(total));
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    *out++ = kValuesTag;
+    out = CodedOutputStream::WriteVarint64ToArray(lengths[i], out);
+    fill(i, reinterpret_cast<char*>(out));
+    out += lengths[i];
+  }
+}
+
+}  // namespace
+
 absl::Status VariableStore::LookupSerialized(
     const LookupRequest& request, const std::function<char*(size_t bytes)>& allocate) const {
   ASSIGN_OR_RETURN(auto shards, FindAll(request.ops()));
   for (int i = 0; i < request.ops_size(); ++i) {
     RETURN_IF_ERROR(shards[i]->ValidateLookup(request.ops(i).ids()));
   }
-  // LookupResponse.values is field 1, length-delimited: a one-byte tag, then a varint length.
-  using google::protobuf::internal::WireFormatLite;
-  using google::protobuf::io::CodedOutputStream;
-  constexpr uint8_t kValuesTag =
-      WireFormatLite::MakeTag(1, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
   std::vector<uint64_t> lengths(request.ops_size());
-  size_t total = 0;
   for (int i = 0; i < request.ops_size(); ++i) {
     lengths[i] = request.ops(i).ids().size() / 8 * shards[i]->row_bytes();
-    total += 1 + CodedOutputStream::VarintSize64(lengths[i]) + lengths[i];
   }
-  uint8_t* out = reinterpret_cast<uint8_t*>(allocate(total));
+  WriteValuesMessage(lengths, allocate, [&](size_t i, char* out) {
+    shards[i]->Lookup(request.ops(i).ids(), out, pool_.get());
+  });
+  return absl::OkStatus();
+}
+
+absl::Status VariableStore::ReadSerialized(
+    const ReadRequest& request, const std::function<char*(size_t bytes)>& allocate) const {
+  ASSIGN_OR_RETURN(auto shards, FindAll(request.ops()));
+  std::vector<std::pair<int64_t, int64_t>> ranges(request.ops_size());
   for (int i = 0; i < request.ops_size(); ++i) {
-    *out++ = kValuesTag;
-    out = CodedOutputStream::WriteVarint64ToArray(lengths[i], out);
-    shards[i]->Lookup(request.ops(i).ids(), reinterpret_cast<char*>(out), pool_.get());
-    out += lengths[i];
+    RETURN_IF_ERROR(
+        shards[i]->ValidateRead(request.ops(i).range(), &ranges[i].first, &ranges[i].second));
   }
+  std::vector<uint64_t> lengths(request.ops_size());
+  for (int i = 0; i < request.ops_size(); ++i) {
+    lengths[i] = (ranges[i].second - ranges[i].first) * shards[i]->row_bytes();
+  }
+  WriteValuesMessage(lengths, allocate, [&](size_t i, char* out) {
+    shards[i]->Read(ranges[i].first, ranges[i].second, out);
+  });
   return absl::OkStatus();
 }
 

@@ -48,6 +48,9 @@ class VariableStore {
   absl::Status LookupSerialized(const LookupRequest& request,
                                 const std::function<char*(size_t bytes)>& allocate) const;
   absl::Status Read(const ReadRequest& request, ReadResponse* response) const;
+  // Read written straight in ReadResponse's wire format, as LookupSerialized.
+  absl::Status ReadSerialized(const ReadRequest& request,
+                              const std::function<char*(size_t bytes)>& allocate) const;
   absl::Status Update(const UpdateRequest& request);
   // Update from UpdateRequest's wire format in pieces (gRPC's received slices), applied from where
   // it lies: no copy of the values into protobuf strings. Errors: as Update, plus kInvalidArgument
