@@ -115,13 +115,13 @@ class SliceOutputStream final : public google::protobuf::io::ZeroCopyOutputStrea
 
 }  // namespace
 
-absl::StatusOr<grpc::ByteBuffer> ZeroCopyMessage(const google::protobuf::MessageLite& message,
-                                                 std::function<void()> released) {
-  const size_t bytes = message.ByteSizeLong();  // also caches the sizes serializing needs
+absl::StatusOr<grpc::ByteBuffer> ZeroCopyWrite(
+    size_t bytes, const std::function<void(google::protobuf::io::CodedOutputStream*)>& write,
+    std::function<void()> released, absl::string_view what) {
   if (bytes > static_cast<size_t>(std::numeric_limits<int>::max())) {
     released();
-    return absl::ResourceExhaustedError(absl::StrCat(message.GetTypeName(), " of ", bytes,
-                                                     " bytes is over protobuf's 2 GiB limit"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(what, " of ", bytes, " bytes is over protobuf's 2 GiB limit"));
   }
   auto* counter = new ReleaseCounter(std::move(released));
   std::vector<grpc::Slice> slices;
@@ -131,7 +131,7 @@ absl::StatusOr<grpc::ByteBuffer> ZeroCopyMessage(const google::protobuf::Message
     {
       google::protobuf::io::CodedOutputStream coded(&stream);
       coded.EnableAliasing(true);
-      message.SerializeWithCachedSizes(&coded);
+      write(&coded);
     }
     written = stream.ByteCount();
     slices = stream.Finish();
@@ -139,13 +139,24 @@ absl::StatusOr<grpc::ByteBuffer> ZeroCopyMessage(const google::protobuf::Message
   if (written != static_cast<int64_t>(bytes)) {  // as protobuf's own serializers check
     slices.clear();
     counter->Unref();
-    return absl::InternalError(absl::StrCat(message.GetTypeName(), " changed while serialized (",
-                                            written, " bytes written, ", bytes, " expected)"));
+    return absl::InternalError(absl::StrCat(what, " changed while serialized (", written,
+                                            " bytes written, ", bytes, " expected)"));
   }
   grpc::ByteBuffer buffer(slices.data(), slices.size());
   slices.clear();
   counter->Unref();  // the serializer's reference: from here only the slices hold it
   return buffer;
+}
+
+absl::StatusOr<grpc::ByteBuffer> ZeroCopyMessage(const google::protobuf::MessageLite& message,
+                                                 std::function<void()> released) {
+  const size_t bytes = message.ByteSizeLong();  // also caches the sizes serializing needs
+  return ZeroCopyWrite(
+      bytes,
+      [&message](google::protobuf::io::CodedOutputStream* out) {
+        message.SerializeWithCachedSizes(out);
+      },
+      std::move(released), message.GetTypeName());
 }
 
 }  // namespace pstrain

@@ -11,6 +11,8 @@
 #include <functional>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/message_lite.h"
 #include "grpcpp/support/byte_buffer.h"
 
@@ -28,6 +30,14 @@ inline constexpr int kZeroCopyMinFieldBytes = 16 << 10;
 // (protobuf's limit); kInternal if another thread changed the message while it was serialized.
 absl::StatusOr<grpc::ByteBuffer> ZeroCopyMessage(const google::protobuf::MessageLite& message,
                                                  std::function<void()> released);
+
+// The same for a message written by hand: write(out) writes exactly `bytes` bytes of wire format;
+// bytes it writes through out->WriteRawMaybeAliased, kZeroCopyMinFieldBytes or more at a time,
+// are referenced, not copied, and must stay alive until `released`. `what` names the message in
+// errors (kResourceExhausted, kInternal as above).
+absl::StatusOr<grpc::ByteBuffer> ZeroCopyWrite(
+    size_t bytes, const std::function<void(google::protobuf::io::CodedOutputStream*)>& write,
+    std::function<void()> released, absl::string_view what);
 
 }  // namespace pstrain
 

@@ -7,6 +7,7 @@
 #include "common/grpc_status.h"
 #include "common/grpc_util.h"
 #include "common/zero_copy_message.h"
+#include "google/protobuf/wire_format_lite.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/support/byte_buffer.h"
@@ -78,38 +79,14 @@ class GrpcPsClient final : public PsClient {
   // copied first: `done` runs once the call has finished and gRPC has let go of that memory (both
   // are counted down by `pending`), as the caller may free the request from `done`.
   void UpdateAsync(const UpdateRequest* request, UpdateResponse* response, Done done) override {
-    struct Pending {
-      std::atomic<int> count{2};
-      absl::Status status;
-      Done done;
-      void CountDown() {
-        if (count.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-          done(std::move(status));
-          delete this;
-        }
-      }
-    };
-    auto* pending = new Pending;
-    pending->done = std::move(done);
-    absl::StatusOr<grpc::ByteBuffer> serialized =
-        ZeroCopyMessage(*request, [pending] { pending->CountDown(); });
-    if (!serialized.ok()) {
-      pending->status = absl::Status(serialized.status().code(),
-                                     absl::StrCat(name_, ": update request: ",
-                                                  serialized.status().message()));
-      pending->CountDown();
-      return;
-    }
-    auto bytes = std::make_shared<grpc::ByteBuffer>();
-    bytes->Swap(&*serialized);  // (a copy would hold references of its own)
-    Call([=](grpc::ClientContext* c, std::function<void(grpc::Status)> cb) {
-      raw_update_.UnaryCall(c, "/pstrain.PsService/Update", grpc::StubOptions(), bytes.get(),
-                            response, std::move(cb));
-    }, [bytes, pending](absl::Status status) mutable {
-      bytes.reset();  // our reference to the slices
-      pending->status = std::move(status);
-      pending->CountDown();
-    });
+    SendUpdate(request, nullptr, response, std::move(done));
+  }
+  // The same, with the values spliced into each op as its field 5 (after the op's own fields: a
+  // parser takes the last), referenced like the request's own large fields.
+  void UpdateWithValuesAsync(const UpdateRequest* request,
+                             const std::vector<absl::string_view>* values,
+                             UpdateResponse* response, Done done) override {
+    SendUpdate(request, values, response, std::move(done));
   }
 
   void HealthAsync(const HealthRequest* request, HealthResponse* response, Done done) override {
@@ -134,6 +111,78 @@ class GrpcPsClient final : public PsClient {
   }
 
  private:
+  // UpdateRequest's wire format: each op as its own fields, then (*values)[i] as field 5.
+  static absl::StatusOr<grpc::ByteBuffer> ZeroCopyUpdate(
+      const UpdateRequest& request, const std::vector<absl::string_view>& values,
+      std::function<void()> released) {
+    using google::protobuf::internal::WireFormatLite;
+    using google::protobuf::io::CodedOutputStream;
+    auto extra = [&values](int i) {
+      return i < static_cast<int>(values.size()) ? values[i] : absl::string_view();
+    };
+    std::vector<size_t> op_bytes(request.ops_size());
+    size_t total = 0;
+    for (int i = 0; i < request.ops_size(); ++i) {
+      op_bytes[i] = request.ops(i).ByteSizeLong();  // also caches the sizes serializing needs
+      if (!extra(i).empty()) {
+        op_bytes[i] += 1 + CodedOutputStream::VarintSize64(extra(i).size()) + extra(i).size();
+      }
+      total += 1 + CodedOutputStream::VarintSize64(op_bytes[i]) + op_bytes[i];
+    }
+    return ZeroCopyWrite(
+        total,
+        [&](CodedOutputStream* out) {
+          for (int i = 0; i < request.ops_size(); ++i) {
+            out->WriteTag(WireFormatLite::MakeTag(1, WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
+            out->WriteVarint64(op_bytes[i]);
+            request.ops(i).SerializeWithCachedSizes(out);
+            if (extra(i).empty()) continue;
+            out->WriteTag(WireFormatLite::MakeTag(5, WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
+            out->WriteVarint64(extra(i).size());
+            out->WriteRawMaybeAliased(extra(i).data(), static_cast<int>(extra(i).size()));
+          }
+        },
+        std::move(released), "UpdateRequest");
+  }
+
+  void SendUpdate(const UpdateRequest* request, const std::vector<absl::string_view>* values,
+                  UpdateResponse* response, Done done) {
+    struct Pending {
+      std::atomic<int> count{2};
+      absl::Status status;
+      Done done;
+      void CountDown() {
+        if (count.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+          done(std::move(status));
+          delete this;
+        }
+      }
+    };
+    auto* pending = new Pending;
+    pending->done = std::move(done);
+    auto released = [pending] { pending->CountDown(); };
+    absl::StatusOr<grpc::ByteBuffer> serialized =
+        values == nullptr ? ZeroCopyMessage(*request, released)
+                          : ZeroCopyUpdate(*request, *values, released);
+    if (!serialized.ok()) {
+      pending->status = absl::Status(serialized.status().code(),
+                                     absl::StrCat(name_, ": update request: ",
+                                                  serialized.status().message()));
+      pending->CountDown();
+      return;
+    }
+    auto bytes = std::make_shared<grpc::ByteBuffer>();
+    bytes->Swap(&*serialized);  // (a copy would hold references of its own)
+    Call([=](grpc::ClientContext* c, std::function<void(grpc::Status)> cb) {
+      raw_update_.UnaryCall(c, "/pstrain.PsService/Update", grpc::StubOptions(), bytes.get(),
+                            response, std::move(cb));
+    }, [bytes, pending](absl::Status status) mutable {
+      bytes.reset();  // our reference to the slices
+      pending->status = std::move(status);
+      pending->CountDown();
+    });
+  }
+
   // Issues one callback-API call through `start`; the context lives until the callback has run.
   // Creating shards and checkpoint calls wait for the connection, up to the deadline: a ps still
   // starting, or a handshake lost on a busy machine, is waited for rather than failed. Data-path

@@ -1,6 +1,8 @@
 #include "ps/ps_client.h"
 
 #include <algorithm>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -42,6 +44,18 @@ absl::StatusOr<std::vector<std::vector<absl::string_view>>> LookupWireReply::Val
     if (!s.ok()) return absl::InternalError(s.message());
   }
   return values;
+}
+
+void PsClient::UpdateWithValuesAsync(const UpdateRequest* request,
+                                     const std::vector<absl::string_view>* values,
+                                     UpdateResponse* response, Done done) {
+  auto copy = std::make_shared<UpdateRequest>(*request);
+  for (int i = 0; i < copy->ops_size() && i < static_cast<int>(values->size()); ++i) {
+    if (!(*values)[i].empty()) copy->mutable_ops(i)->set_values(std::string((*values)[i]));
+  }
+  UpdateAsync(copy.get(), response, [copy, done = std::move(done)](absl::Status s) mutable {
+    done(std::move(s));
+  });
 }
 
 void PsClient::LookupWireAsync(const LookupRequest* request, LookupWireReply* reply, Done done) {

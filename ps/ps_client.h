@@ -58,6 +58,12 @@ class PsClient {
   virtual void LookupWireAsync(const LookupRequest* request, LookupWireReply* reply, Done done);
   virtual void ReadAsync(const ReadRequest* request, ReadResponse* response, Done done) = 0;
   virtual void UpdateAsync(const UpdateRequest* request, UpdateResponse* response, Done done) = 0;
+  // Update with op i's values given apart as (*values)[i] (an empty view: the op's own values),
+  // which must stay alive and unchanged until `done`: the gRPC client sends them from where they
+  // are instead of copying them into the request. The default copies them into a request.
+  virtual void UpdateWithValuesAsync(const UpdateRequest* request,
+                                     const std::vector<absl::string_view>* values,
+                                     UpdateResponse* response, Done done);
   // Liveness and identity (fails fast with kUnavailable when the ps is down).
   virtual void HealthAsync(const HealthRequest* request, HealthResponse* response, Done done) = 0;
   // Checkpoints (see proto/ps_service.proto).

@@ -323,7 +323,9 @@ absl::Status UpdateBatch::AddSparse(const ShardedVariable& v, UpdateOp::Kind kin
   }
   for (size_t s = 0; s < v.shards().size(); ++s) {
     if (shard_ids[s].empty()) continue;
-    UpdateOp* op = For(v.ps(v.shards()[s].ps_task)).request.add_ops();
+    PerPs& p = For(v.ps(v.shards()[s].ps_task));
+    p.values.emplace_back();  // the op's own values
+    UpdateOp* op = p.request.add_ops();
     op->set_shard(v.shards()[s].name);
     op->set_kind(kind);
     op->set_ids(IdsBytes(shard_ids[s]));
@@ -341,13 +343,14 @@ absl::Status UpdateBatch::AddDense(const ShardedVariable& v, UpdateOp::Kind kind
                                                    " rows of ", v.row_bytes(), " bytes"));
   }
   for (const ShardLocation& s : v.shards()) {
-    UpdateOp* op = For(v.ps(s.ps_task)).request.add_ops();
+    PerPs& p = For(v.ps(s.ps_task));
+    // Sent from the caller's memory, not copied into the request.
+    p.values.push_back(values.substr(s.row_offset * v.row_bytes(), s.num_rows * v.row_bytes()));
+    UpdateOp* op = p.request.add_ops();
     op->set_shard(s.name);
     op->set_kind(kind);
     op->mutable_range()->set_row_begin(s.row_offset);
     op->mutable_range()->set_row_end(s.row_offset + s.num_rows);
-    op->set_values(std::string(values.substr(s.row_offset * v.row_bytes(),
-                                             s.num_rows * v.row_bytes())));
     op->set_dtype(v.dtype());
   }
   return absl::OkStatus();
@@ -355,7 +358,7 @@ absl::Status UpdateBatch::AddDense(const ShardedVariable& v, UpdateOp::Kind kind
 
 absl::Status UpdateBatch::Run() {
   absl::Status status = SendAll(per_ps_, [](PerPs& p, PsClient::Done done) {
-    p.client->UpdateAsync(&p.request, &p.response, std::move(done));
+    p.client->UpdateWithValuesAsync(&p.request, &p.values, &p.response, std::move(done));
   });
   per_ps_.clear();
   return status;

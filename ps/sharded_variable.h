@@ -114,7 +114,8 @@ class UpdateBatch {
   // Repeated ids are summed here for ASSIGN_ADD and APPLY_GRADIENT of float32 variables.
   absl::Status AddSparse(const ShardedVariable& v, UpdateOp::Kind kind,
                          absl::Span<const int64_t> ids, const char* values);
-  // Dense: `values` covers the whole variable in row order.
+  // Dense: `values` covers the whole variable in row order. It is sent from where it is, not
+  // copied: it must stay alive and unchanged until Run returns.
   absl::Status AddDense(const ShardedVariable& v, UpdateOp::Kind kind, absl::string_view values);
   absl::Status Run();
 
@@ -122,6 +123,7 @@ class UpdateBatch {
   struct PerPs {
     PsClient* client = nullptr;
     UpdateRequest request;
+    std::vector<absl::string_view> values;  // per op: its values if not in `request` (dense)
     UpdateResponse response;
   };
   PerPs& For(PsClient* client);
