@@ -24,6 +24,15 @@ void TuneMallocForLargeMessages() {
   });
 }
 
+std::vector<absl::string_view> SliceViews(const std::vector<grpc::Slice>& slices) {
+  std::vector<absl::string_view> views;
+  views.reserve(slices.size());
+  for (const grpc::Slice& s : slices) {
+    views.emplace_back(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  return views;
+}
+
 std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address) {
   TuneMallocForLargeMessages();
   grpc::ChannelArguments args;

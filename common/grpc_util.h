@@ -7,8 +7,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/server.h"
+#include "grpcpp/support/slice.h"
 #include "grpcpp/impl/codegen/service_type.h"
 
 namespace pstrain {
@@ -24,6 +26,9 @@ inline constexpr int kMaxMessageBytes = 512 << 20;
 // request's and reply's buffers were new pages: page faults and zeroing took a third of a sparse
 // pull's time. Tables (ps/table_memory.h) map their own memory and are not affected.
 void TuneMallocForLargeMessages();
+
+// Views of `slices`' bytes, in order (valid while the slices live): a received message in pieces.
+std::vector<absl::string_view> SliceViews(const std::vector<grpc::Slice>& slices);
 
 // A channel to `address` ("host:port") with our message limits and a short reconnect backoff, so a
 // restarted task is reached again within about a second.

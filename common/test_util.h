@@ -1,4 +1,5 @@
-// Helpers for tests: a status matcher, a fresh temporary directory, float bytes. Test-only.
+// Helpers for tests: a status matcher, a fresh temporary directory, float bytes, a message cut
+// into pieces. Test-only.
 #ifndef PSTRAIN_COMMON_TEST_UTIL_H_
 #define PSTRAIN_COMMON_TEST_UTIL_H_
 
@@ -10,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "gmock/gmock.h"
 
 namespace pstrain {
@@ -51,6 +53,21 @@ inline std::vector<float> Floats(const std::string& bytes) {
 }
 inline std::string Bytes(const std::vector<float>& v) {
   return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+}
+
+// `bytes` cut into pieces of `n` bytes (the last one shorter), as views of it: a message as gRPC
+// might receive it. And the pieces joined again.
+inline std::vector<absl::string_view> CutIntoPieces(const std::string& bytes, size_t n) {
+  std::vector<absl::string_view> pieces;
+  for (size_t at = 0; at < bytes.size(); at += n) {
+    pieces.push_back(absl::string_view(bytes).substr(at, n));
+  }
+  return pieces;
+}
+inline std::string JoinPieces(const std::vector<absl::string_view>& pieces) {
+  std::string s;
+  for (absl::string_view p : pieces) s.append(p.data(), p.size());
+  return s;
 }
 
 }  // namespace pstrain

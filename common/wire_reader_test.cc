@@ -4,25 +4,12 @@
 #include <string>
 #include <vector>
 
+#include "common/test_util.h"
 #include "gtest/gtest.h"
 
 namespace pstrain {
 namespace {
 
-// Cuts `bytes` into pieces of `n` bytes (the last one shorter).
-std::vector<absl::string_view> Cut(const std::string& bytes, size_t n) {
-  std::vector<absl::string_view> pieces;
-  for (size_t at = 0; at < bytes.size(); at += n) {
-    pieces.push_back(absl::string_view(bytes).substr(at, n));
-  }
-  return pieces;
-}
-
-std::string Join(const std::vector<absl::string_view>& pieces) {
-  std::string s;
-  for (absl::string_view p : pieces) s.append(p.data(), p.size());
-  return s;
-}
 
 // field 1: varint 300; field 2: bytes "hello, wire"; field 9: fixed64; field 3: fixed32;
 // field 4: empty bytes.
@@ -39,7 +26,7 @@ std::string Message() {
 TEST(WireReaderTest, ReadsEveryFieldWhereverThePiecesAreCut) {
   const std::string message = Message();
   for (size_t n = 1; n <= message.size(); ++n) {
-    const std::vector<absl::string_view> pieces = Cut(message, n);
+    const std::vector<absl::string_view> pieces = CutIntoPieces(message, n);
     WireReader reader(&pieces, "test message");
     int field = 0, type = 0;
     uint64_t v = 0;
@@ -52,7 +39,7 @@ TEST(WireReaderTest, ReadsEveryFieldWhereverThePiecesAreCut) {
     EXPECT_EQ(field, 2);
     std::vector<absl::string_view> bytes;
     ASSERT_TRUE(reader.ReadBytes(&bytes).ok());
-    EXPECT_EQ(Join(bytes), "hello, wire") << "pieces of " << n;
+    EXPECT_EQ(JoinPieces(bytes), "hello, wire") << "pieces of " << n;
     EXPECT_EQ(WireReader::SizeOf(bytes), 11u);
     // The views point into the message: nothing was copied.
     for (absl::string_view b : bytes) {
@@ -92,7 +79,7 @@ TEST(WireReaderTest, EveryTruncationIsAnErrorNamingTheMessage) {
   const std::vector<size_t> field_ends = {3, 16, 25, 30, 32};
   for (size_t len = 1; len < message.size(); ++len) {
     const std::string cut = message.substr(0, len);
-    const std::vector<absl::string_view> pieces = Cut(cut, 3);
+    const std::vector<absl::string_view> pieces = CutIntoPieces(cut, 3);
     WireReader reader(&pieces, "test message");
     absl::Status status;
     while (status.ok() && !reader.Done()) {

@@ -60,11 +60,7 @@ class GrpcPsClient final : public PsClient {
           done(absl::InternalError("lookup reply: could not read the received bytes"));
           return;
         }
-        std::vector<absl::string_view> chunks;
-        chunks.reserve(slices->size());
-        for (const grpc::Slice& s : *slices) {
-          chunks.emplace_back(reinterpret_cast<const char*>(s.begin()), s.size());
-        }
+        std::vector<absl::string_view> chunks = SliceViews(*slices);  // before `slices` moves
         reply->Set(std::move(chunks), std::move(slices));
       }
       done(std::move(status));

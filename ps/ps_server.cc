@@ -82,12 +82,7 @@ class PsServiceImpl final
     if (!request_bytes->Dump(&slices).ok()) {
       status = absl::InvalidArgumentError("update: unreadable UpdateRequest");
     } else {
-      std::vector<absl::string_view> message;
-      message.reserve(slices.size());
-      for (const grpc::Slice& s : slices) {
-        message.emplace_back(reinterpret_cast<const char*>(s.begin()), s.size());
-      }
-      status = store_.UpdateWire(message);
+      status = store_.UpdateWire(SliceViews(slices));
     }
     grpc::Slice empty;  // UpdateResponse has no fields: zero bytes
     *response = grpc::ByteBuffer(&empty, 1);

@@ -62,11 +62,10 @@ absl::Status ParseOp(const std::vector<absl::string_view>& pieces, UpdateOpView*
         RETURN_IF_ERROR(reader.ReadBytes(&bytes));
         op->sparse = true;
         op->range.Clear();
+        op->ids_copy.clear();
         if (bytes.size() == 1) {
-          op->ids_copy.clear();
           op->ids = bytes[0];
         } else {  // cut (or empty): the ids are small next to the values, so copy them
-          op->ids_copy.clear();
           for (absl::string_view b : bytes) op->ids_copy.append(b.data(), b.size());
           op->ids = op->ids_copy;
         }

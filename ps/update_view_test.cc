@@ -4,24 +4,12 @@
 #include <string>
 #include <vector>
 
+#include "common/test_util.h"
 #include "gtest/gtest.h"
 
 namespace pstrain {
 namespace {
 
-std::vector<absl::string_view> Cut(const std::string& bytes, size_t n) {
-  std::vector<absl::string_view> pieces;
-  for (size_t at = 0; at < bytes.size(); at += n) {
-    pieces.push_back(absl::string_view(bytes).substr(at, n));
-  }
-  return pieces;
-}
-
-std::string Join(const std::vector<absl::string_view>& pieces) {
-  std::string s;
-  for (absl::string_view p : pieces) s.append(p.data(), p.size());
-  return s;
-}
 
 std::string Ids(std::vector<int64_t> ids) {
   return std::string(reinterpret_cast<const char*>(ids.data()), ids.size() * 8);
@@ -62,7 +50,7 @@ void ExpectSame(const std::vector<UpdateOpView>& got, const UpdateRequest& want)
     EXPECT_EQ(std::string(g.ids), w.ids());
     EXPECT_EQ(g.range.row_begin(), w.range().row_begin());
     EXPECT_EQ(g.range.row_end(), w.range().row_end());
-    EXPECT_EQ(Join(g.values), w.values());
+    EXPECT_EQ(JoinPieces(g.values), w.values());
     EXPECT_EQ(g.values_bytes, static_cast<int64_t>(w.values().size()));
   }
 }
@@ -71,7 +59,7 @@ TEST(UpdateViewTest, ParsesTheWireFormatWhereverItIsCut) {
   const UpdateRequest request = Request();
   const std::string wire = request.SerializeAsString();
   for (size_t n = 1; n <= wire.size(); ++n) {
-    const std::vector<absl::string_view> pieces = Cut(wire, n);
+    const std::vector<absl::string_view> pieces = CutIntoPieces(wire, n);
     std::vector<UpdateOpView> ops;
     ASSERT_TRUE(ParseUpdateRequest(pieces, &ops).ok()) << n;
     ExpectSame(ops, request);
@@ -109,7 +97,7 @@ TEST(UpdateViewTest, UnknownFieldsAreSkippedAndTheLastOfARepeatedFieldWins) {
   EXPECT_EQ(ops[0].shard(), "b");
   EXPECT_FALSE(ops[0].sparse);
   EXPECT_EQ(ops[0].range.row_end(), 4);
-  EXPECT_EQ(Join(ops[0].values), "12345678");
+  EXPECT_EQ(JoinPieces(ops[0].values), "12345678");
   // As protobuf itself reads it.
   UpdateRequest parsed;
   ASSERT_TRUE(parsed.ParseFromString(message));
@@ -138,7 +126,7 @@ TEST(ValueRowsTest, EveryRowAtOneAddressWithItsBytesWhereverThePiecesAreCut) {
   std::string values(row_bytes * 9, '\0');
   for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<char>(i);
   for (size_t n = 1; n <= values.size() + 1; ++n) {
-    const std::vector<absl::string_view> pieces = Cut(values, n);
+    const std::vector<absl::string_view> pieces = CutIntoPieces(values, n);
     const ValueRows rows(pieces, row_bytes);
     const std::vector<const char*> at = rows.RowAddresses();
     ASSERT_EQ(at.size(), 9u) << n;

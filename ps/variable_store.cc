@@ -169,35 +169,35 @@ absl::Status VariableStore::LookupSerialized(
   return absl::OkStatus();
 }
 
+absl::StatusOr<VariableStore::ReadPlan> VariableStore::PlanRead(
+    const ReadRequest& request) const {
+  ReadPlan plan;
+  ASSIGN_OR_RETURN(plan.shards, FindAll(request.ops()));
+  plan.ranges.resize(request.ops_size());
+  plan.bytes.resize(request.ops_size());
+  for (int i = 0; i < request.ops_size(); ++i) {
+    auto& [begin, end] = plan.ranges[i];
+    RETURN_IF_ERROR(plan.shards[i]->ValidateRead(request.ops(i).range(), &begin, &end));
+    plan.bytes[i] = (end - begin) * plan.shards[i]->row_bytes();
+  }
+  return plan;
+}
+
 absl::Status VariableStore::ReadSerialized(
     const ReadRequest& request, const std::function<char*(size_t bytes)>& allocate) const {
-  ASSIGN_OR_RETURN(auto shards, FindAll(request.ops()));
-  std::vector<std::pair<int64_t, int64_t>> ranges(request.ops_size());
-  for (int i = 0; i < request.ops_size(); ++i) {
-    RETURN_IF_ERROR(
-        shards[i]->ValidateRead(request.ops(i).range(), &ranges[i].first, &ranges[i].second));
-  }
-  std::vector<uint64_t> lengths(request.ops_size());
-  for (int i = 0; i < request.ops_size(); ++i) {
-    lengths[i] = (ranges[i].second - ranges[i].first) * shards[i]->row_bytes();
-  }
-  WriteValuesMessage(lengths, allocate, [&](size_t i, char* out) {
-    shards[i]->Read(ranges[i].first, ranges[i].second, out);
+  ASSIGN_OR_RETURN(const ReadPlan plan, PlanRead(request));
+  WriteValuesMessage(plan.bytes, allocate, [&](size_t i, char* out) {
+    plan.shards[i]->Read(plan.ranges[i].first, plan.ranges[i].second, out);
   });
   return absl::OkStatus();
 }
 
 absl::Status VariableStore::Read(const ReadRequest& request, ReadResponse* response) const {
-  ASSIGN_OR_RETURN(auto shards, FindAll(request.ops()));
-  std::vector<std::pair<int64_t, int64_t>> ranges(request.ops_size());
-  for (int i = 0; i < request.ops_size(); ++i) {
-    RETURN_IF_ERROR(
-        shards[i]->ValidateRead(request.ops(i).range(), &ranges[i].first, &ranges[i].second));
-  }
+  ASSIGN_OR_RETURN(const ReadPlan plan, PlanRead(request));
   for (int i = 0; i < request.ops_size(); ++i) {
     std::string* out = response->add_values();
-    out->resize((ranges[i].second - ranges[i].first) * shards[i]->row_bytes());
-    shards[i]->Read(ranges[i].first, ranges[i].second, out->data());
+    out->resize(plan.bytes[i]);
+    plan.shards[i]->Read(plan.ranges[i].first, plan.ranges[i].second, out->data());
   }
   return absl::OkStatus();
 }

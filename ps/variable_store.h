@@ -75,6 +75,13 @@ class VariableStore {
   absl::StatusOr<std::vector<std::shared_ptr<VariableShard>>> FindAll(const Ops& ops) const;
   // Validates every op, then applies them.
   absl::Status Update(const std::vector<UpdateOpView>& ops);
+  // A validated read request: per op, its shard, local rows [begin, end) and reply bytes.
+  struct ReadPlan {
+    std::vector<std::shared_ptr<VariableShard>> shards;
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    std::vector<uint64_t> bytes;
+  };
+  absl::StatusOr<ReadPlan> PlanRead(const ReadRequest& request) const;
 
   std::unique_ptr<ThreadPool> pool_;  // null: no helper threads
 

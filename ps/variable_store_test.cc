@@ -544,15 +544,6 @@ TEST(VariableStoreInt64Test, Int64Counters_AssignAddAndLookup) {
 namespace pstrain {
 namespace {
 
-// The pieces of `bytes`, cut every `n` bytes (at odd offsets, so rows and floats straddle them).
-std::vector<absl::string_view> CutInto(const std::string& bytes, size_t n) {
-  std::vector<absl::string_view> pieces;
-  for (size_t at = 0; at < bytes.size(); at += n) {
-    pieces.push_back(absl::string_view(bytes).substr(at, n));
-  }
-  return pieces;
-}
-
 TEST(VariableStoreWireTest, UpdateFromPiecesMatchesUpdateFromTheParsedRequest) {
   // Two stores with the same Adagrad shard (sparse pushes with repeated ids), a dense SGD shard
   // and an int64 shard; one gets parsed requests, the other the same bytes cut into pieces.
@@ -599,7 +590,7 @@ TEST(VariableStoreWireTest, UpdateFromPiecesMatchesUpdateFromTheParsedRequest) {
 
     ASSERT_TRUE(parsed.Update(request).ok());
     const std::string wire = request.SerializeAsString();
-    ASSERT_TRUE(pieces.UpdateWire(CutInto(wire, 7 + round)).ok());
+    ASSERT_TRUE(pieces.UpdateWire(CutIntoPieces(wire, 7 + round)).ok());
   }
   for (const char* shard : {"emb", "dense", "counts"}) {
     EXPECT_EQ(ReadAll(parsed, shard), ReadAll(pieces, shard)) << shard;
@@ -625,7 +616,7 @@ TEST(VariableStoreWireTest, AMalformedOrInvalidMessageChangesNothing) {
   *request.add_ops() = SparseOp("t", UpdateOp::ASSIGN_ADD, {0, 1}, {1, 1, 1, 1});
   *request.add_ops() = SparseOp("t", UpdateOp::ASSIGN_ADD, {3, 4}, {1, 1, 1, 1});  // 4: no row
   const std::string wire = request.SerializeAsString();
-  absl::Status s = store.UpdateWire(CutInto(wire, 5));
+  absl::Status s = store.UpdateWire(CutIntoPieces(wire, 5));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(s.message()), HasSubstr("out of range"));
   // Cut short: the first op is whole, the message is not.
