@@ -14,6 +14,10 @@
 //                table with Adagrad; "raw" = prebuilt requests re-issued through PsClient's async
 //                calls with N in flight; "sharded_variable" = ShardedVariable::Lookup /
 //                ApplyGradients, one at a time (the real client path: dedupe, route, copy back).
+//   sparse_push_sgd.*  the raw push again on a second table of the same shape with SGD: one row
+//                read and written per id (as ps-lite's summing push in ../shared/PERF_NOTES.md),
+//                where Adagrad reads and writes two (the row and its accumulator). A comparison,
+//                not a target.
 //   dense_pull.*, dense_push_assign.*, dense_push_sgd.*  a whole 1M-float variable per request:
 //                pull = Read of the whole shard (ShardedVariable::ReadAll); push = Update over the
 //                whole range, either ASSIGN (AssignAll) or APPLY_GRADIENT with SGD
@@ -229,10 +233,12 @@ class SlotCursor {
 
 std::string Bytes(const void* p, size_t n) { return std::string(static_cast<const char*>(p), n); }
 
-VariableShardDef TableDef(int64_t rows) {
+// The sparse table: "emb" with Adagrad (the figures with targets); "emb_sgd" with SGD.
+VariableShardDef TableDef(int64_t rows, const std::string& name = "emb",
+                          OptimizerDef::Kind optimizer = OptimizerDef::ADAGRAD) {
   VariableShardDef def;
-  def.set_name("emb");
-  def.set_variable("emb");
+  def.set_name(name);
+  def.set_variable(name);
   def.add_full_shape(rows);
   def.add_full_shape(kWidth);
   def.set_dtype(DT_FLOAT32);
@@ -244,7 +250,7 @@ VariableShardDef TableDef(int64_t rows) {
   def.mutable_initializer()->set_minval(-0.05);
   def.mutable_initializer()->set_maxval(0.05);
   def.mutable_initializer()->set_seed(7);
-  def.mutable_optimizer()->set_kind(OptimizerDef::ADAGRAD);
+  def.mutable_optimizer()->set_kind(optimizer);
   return def;
 }
 
@@ -527,6 +533,31 @@ void MeasureSparse(const Timing& timing, PsClient* client, const SparseWorkload&
     j["payload"] = "64-byte gradient rows sent (the 8-byte ids on top are not counted)";
     Emit(j);
   }
+
+  // Push with SGD: the same requests, aimed at the SGD table.
+  std::vector<UpdateRequest> sgd_updates = push ? w.updates : std::vector<UpdateRequest>();
+  for (UpdateRequest& u : sgd_updates) u.mutable_ops(0)->set_shard("emb_sgd");
+  for (int n : push ? in_flight : std::vector<int>()) {
+    std::vector<UpdateResponse> responses(n);
+    SlotCursor cursor(n, w.num_sets());
+    RunResult r = InFlightLoop::Run(timing, n, [&](int slot, PsClient::Done done) {
+      client->UpdateAsync(&sgd_updates[cursor.Next(slot)], &responses[slot], std::move(done));
+    });
+    if (!r.status.ok()) Die(r.status, "raw update (SGD)");
+    json j = SparseLine(absl::StrCat("sparse_push_sgd.raw.in_flight_", n),
+                        "raw PsClient::UpdateAsync, prebuilt requests", n, r, w, limits,
+                        "Update APPLY_GRADIENT with the ps's SGD (one row read and written per "
+                        "id, as ps-lite's summing push; Adagrad touches two)");
+    j["payload"] = "64-byte gradient rows sent (the 8-byte ids on top are not counted)";
+    // A comparison with the peer's workload: the targets are for Adagrad.
+    j.erase("target");
+    j.erase("aim");
+    j.erase("meets_target");
+    j["peer"] = {{"what", "ps-lite push, 16,384 64-byte rows, 1 in flight (PERF_NOTES)"},
+                 {"value", 15.0},
+                 {"unit", "M rows/s"}};
+    Emit(j);
+  }
 }
 
 // One dense variable: pull (Read of the whole variable), push by ASSIGN, push by APPLY_GRADIENT
@@ -674,6 +705,7 @@ int Main() {
   if (dense_floats % 1024 == 0) dense.push_back({"dense_wide", {dense_floats / 1024, 1024}});
   CreateShardsRequest create;
   *create.add_shards() = TableDef(rows);
+  if (runs("sparse_push")) *create.add_shards() = TableDef(rows, "emb_sgd", OptimizerDef::SGD);
   for (const auto& [name, shape] : dense) {
     *create.add_shards() = DenseDef(name, shape[0], shape.size() > 1 ? shape[1] : 1);
   }
