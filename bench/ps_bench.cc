@@ -507,19 +507,25 @@ void MeasureSparse(const Timing& timing, PsClient* client, const SparseWorkload&
                     "Lookup (client dedupes ids, builds the request, copies rows back)"));
   }
 
-  // Push.
-  const std::string push_op = "Update APPLY_GRADIENT with the ps's Adagrad";
-  for (int n : push ? in_flight : std::vector<int>()) {
+  // Push: raw prebuilt requests with n in flight, one line per n (`name` + n).
+  const std::string push_payload =
+      "64-byte gradient rows sent (the 8-byte ids on top are not counted)";
+  auto raw_push = [&](const std::vector<UpdateRequest>& updates, int n, const std::string& name,
+                      const std::string& op) {
     std::vector<UpdateResponse> responses(n);
     SlotCursor cursor(n, w.num_sets());
     RunResult r = InFlightLoop::Run(timing, n, [&](int slot, PsClient::Done done) {
-      client->UpdateAsync(&w.updates[cursor.Next(slot)], &responses[slot], std::move(done));
+      client->UpdateAsync(&updates[cursor.Next(slot)], &responses[slot], std::move(done));
     });
-    if (!r.status.ok()) Die(r.status, "raw update");
-    json j = SparseLine(absl::StrCat("sparse_push.raw.in_flight_", n),
-                        "raw PsClient::UpdateAsync, prebuilt requests", n, r, w, limits, push_op);
-    j["payload"] = "64-byte gradient rows sent (the 8-byte ids on top are not counted)";
-    Emit(j);
+    if (!r.status.ok()) Die(r.status, absl::StrCat("raw update, ", name, n));
+    json j = SparseLine(absl::StrCat(name, n), "raw PsClient::UpdateAsync, prebuilt requests", n,
+                        r, w, limits, op);
+    j["payload"] = push_payload;
+    return j;
+  };
+  const std::string push_op = "Update APPLY_GRADIENT with the ps's Adagrad";
+  for (int n : push ? in_flight : std::vector<int>()) {
+    Emit(raw_push(w.updates, n, "sparse_push.raw.in_flight_", push_op));
   }
   if (push) {
     int next = 0;
@@ -530,7 +536,7 @@ void MeasureSparse(const Timing& timing, PsClient* client, const SparseWorkload&
     json j = SparseLine("sparse_push.sharded_variable.in_flight_1",
                         "ShardedVariable::ApplyGradients", 1, r, w, limits,
                         push_op + " (client sums repeated ids, builds the request)");
-    j["payload"] = "64-byte gradient rows sent (the 8-byte ids on top are not counted)";
+    j["payload"] = push_payload;
     Emit(j);
   }
 
@@ -538,17 +544,9 @@ void MeasureSparse(const Timing& timing, PsClient* client, const SparseWorkload&
   std::vector<UpdateRequest> sgd_updates = push ? w.updates : std::vector<UpdateRequest>();
   for (UpdateRequest& u : sgd_updates) u.mutable_ops(0)->set_shard("emb_sgd");
   for (int n : push ? in_flight : std::vector<int>()) {
-    std::vector<UpdateResponse> responses(n);
-    SlotCursor cursor(n, w.num_sets());
-    RunResult r = InFlightLoop::Run(timing, n, [&](int slot, PsClient::Done done) {
-      client->UpdateAsync(&sgd_updates[cursor.Next(slot)], &responses[slot], std::move(done));
-    });
-    if (!r.status.ok()) Die(r.status, "raw update (SGD)");
-    json j = SparseLine(absl::StrCat("sparse_push_sgd.raw.in_flight_", n),
-                        "raw PsClient::UpdateAsync, prebuilt requests", n, r, w, limits,
-                        "Update APPLY_GRADIENT with the ps's SGD (one row read and written per "
-                        "id, as ps-lite's summing push; Adagrad touches two)");
-    j["payload"] = "64-byte gradient rows sent (the 8-byte ids on top are not counted)";
+    json j = raw_push(sgd_updates, n, "sparse_push_sgd.raw.in_flight_",
+                      "Update APPLY_GRADIENT with the ps's SGD (one row read and written per id, "
+                      "as ps-lite's summing push; Adagrad touches two)");
     // A comparison with the peer's workload: the targets are for Adagrad.
     j.erase("target");
     j.erase("aim");
