@@ -62,12 +62,13 @@ absl::Status ParseOp(const std::vector<absl::string_view>& pieces, UpdateOpView*
         RETURN_IF_ERROR(reader.ReadBytes(&bytes));
         op->sparse = true;
         op->range.Clear();
-        op->ids_copy.clear();
+        op->ids_copy.reset();
         if (bytes.size() == 1) {
           op->ids = bytes[0];
         } else {  // cut (or empty): the ids are small next to the values, so copy them
-          for (absl::string_view b : bytes) op->ids_copy.append(b.data(), b.size());
-          op->ids = op->ids_copy;
+          op->ids_copy = std::make_unique<std::string>();
+          for (absl::string_view b : bytes) op->ids_copy->append(b.data(), b.size());
+          op->ids = *op->ids_copy;
         }
         break;
       case 4:  // range
@@ -75,7 +76,7 @@ absl::Status ParseOp(const std::vector<absl::string_view>& pieces, UpdateOpView*
         RETURN_IF_ERROR(reader.ReadBytes(&bytes));
         op->sparse = false;
         op->ids = absl::string_view();
-        op->ids_copy.clear();
+        op->ids_copy.reset();
         RETURN_IF_ERROR(ParseRange(bytes, &op->range));
         break;
       case 5:  // values

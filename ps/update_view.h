@@ -6,6 +6,7 @@
 #define PSTRAIN_PS_UPDATE_VIEW_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -22,11 +23,14 @@ struct UpdateOpView {
   UpdateOp::Kind kind = UpdateOp::ASSIGN;
   DataType dtype = static_cast<DataType>(0);
   bool sparse = false;    // `ids` names the rows; else `range` does (both 0: the whole shard)
-  absl::string_view ids;  // int64 global rows, in one piece (copied into `ids_copy` if cut)
+  absl::string_view ids;  // int64 global rows, in one piece (copied into `*ids_copy` if cut)
   RowRange range;
   std::vector<absl::string_view> values;  // the values' bytes, in order, in one or more pieces
   int64_t values_bytes = 0;
-  std::string ids_copy;
+  // Ids cut between pieces, joined. On the heap, so that `ids` stays right when the view moves (a
+  // short std::string keeps its bytes inside the object, and a vector of views moves them as it
+  // grows); views are move-only for the same reason.
+  std::unique_ptr<std::string> ids_copy;
 };
 
 // Parses UpdateRequest's wire format from `message` (in pieces, which must outlive `ops`): one view

@@ -73,6 +73,26 @@ TEST(UpdateViewTest, ParsesTheWireFormatWhereverItIsCut) {
   ExpectSame(ViewsOf(request), request);
 }
 
+// Short ids cut between pieces are copied into the op; the views must stay right as later ops are
+// parsed and the vector of ops grows (a short copy lives inside the string object, which moves).
+TEST(UpdateViewTest, ShortIdsCutBetweenPiecesSurviveMoreOps) {
+  UpdateRequest request;
+  for (int i = 0; i < 9; ++i) {
+    UpdateOp* op = request.add_ops();
+    op->set_shard("t/part_" + std::to_string(i));
+    op->set_kind(UpdateOp::APPLY_GRADIENT);
+    op->set_ids(Ids({1000 + i}));  // 8 bytes: a short string
+    op->set_values(std::string(4, static_cast<char>('a' + i)));
+    op->set_dtype(DT_FLOAT32);
+  }
+  const std::string wire = request.SerializeAsString();
+  for (size_t n = 1; n <= 8; ++n) {
+    std::vector<UpdateOpView> ops;
+    ASSERT_TRUE(ParseUpdateRequest(CutIntoPieces(wire, n), &ops).ok()) << n;
+    ExpectSame(ops, request);
+  }
+}
+
 TEST(UpdateViewTest, UnknownFieldsAreSkippedAndTheLastOfARepeatedFieldWins) {
   UpdateRequest request;
   UpdateOp* op = request.add_ops();
