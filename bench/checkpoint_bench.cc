@@ -28,7 +28,7 @@
 #include "coordinator/checkpoint_manager.h"
 #include "coordinator/cluster_coordinator.h"
 #include "nlohmann/json.hpp"
-#include "tests/in_process_cluster.h"
+#include "coordinator/in_process_cluster.h"
 
 ABSL_FLAG(int64_t, table_mib, 1024, "MiB of embedding values (the slots add as much again).");
 ABSL_FLAG(int64_t, dim, 16, "Embedding width (float32).");

@@ -19,7 +19,7 @@
 #include "grpcpp/client_context.h"
 #include "nlohmann/json.hpp"
 #include "proto/worker_service.grpc.pb.h"
-#include "tests/in_process_cluster.h"
+#include "coordinator/in_process_cluster.h"
 
 ABSL_FLAG(double, seconds, 3.0, "Seconds per measurement (after a warm-up).");
 

@@ -35,7 +35,7 @@
 #include "absl/time/time.h"
 #include "bench/machine_limits.h"
 #include "common/logging.h"
-#include "coordinator/trainer.h"
+#include "trainer/trainer.h"
 #include "models/batches.h"
 #include "models/ctr_net.h"
 #include "models/flights_ctr.h"
@@ -43,7 +43,7 @@
 #include "nlohmann/json.hpp"
 #include "ps/initializers.h"
 #include "ps/optimizers.h"
-#include "tests/in_process_cluster.h"
+#include "coordinator/in_process_cluster.h"
 #include "worker/device/device.h"
 
 ABSL_FLAG(int64_t, steps, 4000, "Timed training steps per figure.");

@@ -24,7 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/tensor.h"
-#include "coordinator/cluster_spec.h"
+#include "cluster/cluster_spec.h"
 #include "coordinator/variable_creator.h"
 #include "coordinator/worker_client.h"
 #include "worker/ps_connection.h"

@@ -1,11 +1,5 @@
 #include "models/fashion_mnist_mlp.h"
 
-#include <cstdlib>
-#include <fstream>
-#include <random>
-
-#include "absl/strings/str_cat.h"
-#include "models/train_in_process.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "common/test_util.h"
@@ -14,11 +8,7 @@ namespace pstrain {
 namespace {
 
 using ::testing::AllOf;
-using ::testing::Gt;
 using ::testing::HasSubstr;
-using ::testing::Key;
-using ::testing::Pair;
-using ::testing::Contains;
 
 ModelOptions WithExtra(std::map<std::string, std::string> extra) {
   ModelOptions options;
@@ -84,156 +74,6 @@ TEST(FashionMnistMlpOptionsTest, KnownOptions_Ok) {
                     .ok())
         << optimizer;
   }
-}
-
-std::string TempDir() {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return dir != nullptr ? dir : "/tmp";
-}
-
-uint32_t BigEndian(uint32_t v) {
-  return (v >> 24) | ((v >> 8) & 0xff00) | ((v << 8) & 0xff0000) | (v << 24);
-}
-
-// Writes an uncompressed IDX file (the reader takes plain files under any name).
-void WriteIdx(const std::string& path, uint32_t magic, const std::vector<uint32_t>& dims,
-              const std::vector<uint8_t>& values) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  const uint32_t m = BigEndian(magic);
-  out.write(reinterpret_cast<const char*>(&m), 4);
-  for (uint32_t d : dims) {
-    const uint32_t be = BigEndian(d);
-    out.write(reinterpret_cast<const char*>(&be), 4);
-  }
-  out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size()));
-  ASSERT_TRUE(out.good()) << path;
-}
-
-// A separable toy set in the Fashion-MNIST file layout: 4x4 images of 3 classes, class c lighting
-// row c (plus noise everywhere).
-void WriteToySplit(const std::string& dir, const std::string& prefix, int count, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<uint8_t> pixels(count * 16), labels(count);
-  for (int i = 0; i < count; ++i) {
-    labels[i] = static_cast<uint8_t>(rng() % 3);
-    for (int p = 0; p < 16; ++p) {
-      const bool lit = p / 4 == labels[i];
-      pixels[i * 16 + p] = static_cast<uint8_t>((lit ? 140 : 0) + rng() % 110);
-    }
-  }
-  WriteIdx(absl::StrCat(dir, "/", prefix, "-images-idx3-ubyte.gz"), 0x803,
-           {static_cast<uint32_t>(count), 4, 4}, pixels);
-  WriteIdx(absl::StrCat(dir, "/", prefix, "-labels-idx1-ubyte.gz"), 0x801,
-           {static_cast<uint32_t>(count)}, labels);
-}
-
-std::shared_ptr<const ClosureRegistry> Registry() {
-  auto registry = std::make_shared<ClosureRegistry>();
-  EXPECT_TRUE(RegisterBuiltinClosures(registry.get()).ok());
-  EXPECT_TRUE(RegisterFashionMnistMlp(registry.get()).ok());
-  return registry;
-}
-
-// Options for a run on a fresh toy dataset: `train` and `test` examples written with seeds `seed`
-// and `seed + 1`, batches of 20.
-ModelOptions ToyDataOptions(int train, int test, uint32_t seed) {
-  const std::string dir = TempDir();
-  WriteToySplit(dir, "train", train, seed);
-  WriteToySplit(dir, "t10k", test, seed + 1);
-  ModelOptions options;
-  options.data = dir;
-  options.batch_size = 20;
-  return options;
-}
-
-// The whole model on a real in-process cluster (2 workers, 2 ps, weights split over both): it
-// learns the toy set and reports every metric.
-TEST(FashionMnistMlpTrainTest, ToyData_TwoWorkersTwoPs_LearnsAndReportsMetrics) {
-  ModelOptions options = ToyDataOptions(/*train=*/600, /*test=*/150, /*seed=*/1);
-  options.epochs = 10;
-  options.learning_rate = 0.01;
-  options.extra = {{"hidden", "8,6"}, {"train_eval_examples", "250"}};
-  auto model = CreateFashionMnistMlp(options);
-  ASSERT_TRUE(model.ok()) << model.status();
-  auto result = TrainInProcess(Registry(), /*workers=*/2, /*ps=*/2, model->get());
-  ASSERT_TRUE(result.ok()) << result.status();
-
-  EXPECT_EQ(result->end_step, 10 * 30);
-  EXPECT_EQ(result->examples, 10 * 600);
-  EXPECT_GT(result->metrics.values["test_accuracy"], 0.9);
-  EXPECT_GT(result->metrics.values["train_accuracy"], 0.9);
-  EXPECT_THAT(result->metrics.values, Contains(Pair("test_loss", Gt(0))));
-  EXPECT_THAT(result->metrics.values, Contains(Key("train_loss")));
-  EXPECT_EQ(result->metrics.notes["layers"], "16-8-6-3");
-  EXPECT_EQ(result->metrics.notes["train_eval_examples"], "250");
-  // The default: the last 3 epochs' weights averaged, the final weights evaluated too.
-  EXPECT_EQ(result->metrics.notes["averaged_steps"], "90");
-  EXPECT_GT(result->metrics.values["last_test_accuracy"], 0.9);
-}
-
-// Without averaging only the trained weights are evaluated; 2 steps at once per worker, weights
-// in 3 shards over 2 ps tasks.
-TEST(FashionMnistMlpTrainTest, ToyData_NoAveraging_OnlyTrainedWeightsMetrics) {
-  ModelOptions options = ToyDataOptions(/*train=*/600, /*test=*/150, /*seed=*/3);
-  options.epochs = 8;
-  options.learning_rate = 0.01;
-  options.extra = {{"hidden", "8"},
-                   {"average_epochs", "0"},
-                   {"shards", "3"},
-                   {"steps_per_worker", "2"}};
-  auto model = CreateFashionMnistMlp(options);
-  ASSERT_TRUE(model.ok()) << model.status();
-  auto result = TrainInProcess(Registry(), /*workers=*/1, /*ps=*/2, model->get());
-  ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_GT(result->metrics.values["test_accuracy"], 0.9);
-  EXPECT_EQ(result->metrics.values.count("last_test_accuracy"), 0u);
-  EXPECT_EQ(result->metrics.notes["averaged_steps"], "0");
-}
-
-// One worker splitting each batch over 4 CPU replicas (a batch of 20: 5 examples each), the
-// gradients all-reduced: it learns as the unsplit run does.
-TEST(FashionMnistMlpTrainTest, ToyData_FourReplicas_Learns) {
-  ModelOptions options = ToyDataOptions(/*train=*/600, /*test=*/150, /*seed=*/1);
-  options.epochs = 10;
-  options.learning_rate = 0.01;
-  options.devices.kind = DeviceOptions::Kind::kCpu;
-  options.devices.replicas = 4;
-  options.extra = {{"hidden", "8,6"}, {"train_eval_examples", "250"}};
-  auto model = CreateFashionMnistMlp(options);
-  ASSERT_TRUE(model.ok()) << model.status();
-  auto result = TrainInProcess(Registry(), /*workers=*/1, /*ps=*/1, model->get());
-  ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_EQ(result->end_step, 10 * 30);
-  EXPECT_GT(result->metrics.values["test_accuracy"], 0.9);
-  EXPECT_GT(result->metrics.values["train_accuracy"], 0.9);
-}
-
-// --device=cuda on a machine without a GPU (this one, and CI) fails the job with a message that
-// says so; on a GPU machine the same run trains.
-TEST(FashionMnistMlpTrainTest, Cuda_WithoutGpuFailsClearly_WithGpuTrains) {
-  ModelOptions options = ToyDataOptions(/*train=*/100, /*test=*/50, /*seed=*/1);
-  options.epochs = 1;
-  options.devices.kind = DeviceOptions::Kind::kCuda;
-  options.extra = {{"hidden", "8"}, {"average_epochs", "0"}};
-  auto model = CreateFashionMnistMlp(options);
-  ASSERT_TRUE(model.ok()) << model.status();
-  auto result = TrainInProcess(Registry(), /*workers=*/1, /*ps=*/1, model->get());
-  DeviceOptions cuda;
-  cuda.kind = DeviceOptions::Kind::kCuda;
-  if (CreateDevice(cuda).ok()) {
-    EXPECT_TRUE(result.ok()) << result.status();
-  } else {
-    EXPECT_THAT(result, StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("GPU")));
-  }
-}
-
-TEST(FashionMnistMlpTrainTest, MissingData_SetupNotFoundNamingTheFile) {
-  ModelOptions options;
-  options.data = TempDir() + "/no_such_dir";
-  auto model = CreateFashionMnistMlp(options);
-  ASSERT_TRUE(model.ok()) << model.status();
-  EXPECT_THAT(TrainInProcess(Registry(), /*workers=*/1, /*ps=*/1, model->get()),
-              StatusIs(absl::StatusCode::kNotFound, HasSubstr("no_such_dir/train-labels")));
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// A training model, as the trainer (coordinator/trainer.h) drives it. A model has two halves:
+// A training model, as the trainer (trainer/trainer.h) drives it. A model has two halves:
 //
 //   worker side   closures and datasets, registered into every worker's ClosureRegistry (see
 //                 models/registry.h); a closure trains on one batch or evaluates one chunk

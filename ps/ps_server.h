@@ -6,7 +6,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "common/task_identity.h"
+#include "cluster/task_identity.h"
 
 namespace pstrain {
 

@@ -1,6 +1,6 @@
 // The ps task binary: `ps_server --cluster_spec=cluster.json --task=ps:0` (or TF_CONFIG).
-#include "common/task_main.h"
-#include "coordinator/cluster_spec.h"
+#include "cluster/task_main.h"
+#include "cluster/cluster_spec.h"
 #include "ps/ps_server.h"
 
 int main(int argc, char** argv) {

@@ -12,7 +12,7 @@
 #include "gtest/gtest.h"
 #include "common/test_util.h"
 #include "tests/checkpoint_kill_util.h"
-#include "tests/in_process_cluster.h"
+#include "coordinator/in_process_cluster.h"
 #include "tests/subprocess.h"
 
 namespace pstrain {

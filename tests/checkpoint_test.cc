@@ -16,7 +16,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "common/test_util.h"
-#include "tests/in_process_cluster.h"
+#include "coordinator/in_process_cluster.h"
 #include "worker/closure_registry.h"
 
 namespace pstrain {

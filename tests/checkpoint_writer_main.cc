@@ -9,7 +9,7 @@
 #include "coordinator/checkpoint_manager.h"
 #include "coordinator/cluster_coordinator.h"
 #include "tests/checkpoint_kill_util.h"
-#include "tests/in_process_cluster.h"
+#include "coordinator/in_process_cluster.h"
 
 ABSL_FLAG(std::string, dir, "", "Checkpoint directory.");
 

@@ -8,7 +8,7 @@
 #include "coordinator/cluster_coordinator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/in_process_cluster.h"
+#include "coordinator/in_process_cluster.h"
 
 namespace pstrain {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "common/port_picker.h"
+#include "cluster/port_picker.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/subprocess.h"
@@ -50,8 +50,8 @@ class MultiProcessTest : public ::testing::Test {
   std::string spec_json_;
   std::string spec_path_;
   const std::string ps_bin_ = RunfilePath("ps/ps_server");
-  const std::string worker_bin_ = RunfilePath("worker/worker_server");
-  const std::string coordinator_bin_ = RunfilePath("coordinator/coordinator");
+  const std::string worker_bin_ = RunfilePath("trainer/worker_server");
+  const std::string coordinator_bin_ = RunfilePath("trainer/coordinator");
 };
 
 TEST_F(MultiProcessTest, Coordinator_SeparateProcesses_AllHealthyThenOneDown) {

@@ -11,7 +11,7 @@
 #include "coordinator/variable_creator.h"
 #include "ps/grpc_ps_client.h"
 #include "ps/sharded_variable.h"
-#include "tests/in_process_cluster.h"
+#include "coordinator/in_process_cluster.h"
 
 namespace pstrain {
 namespace {

@@ -9,15 +9,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "coordinator/checkpoint_files.h"
-#include "coordinator/event_writer.h"
-#include "coordinator/trainer.h"
+#include "trainer/event_writer.h"
+#include "trainer/trainer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "common/test_util.h"
 #include "models/movielens_mf.h"
 #include "models/registry.h"
 #include "nlohmann/json.hpp"
-#include "tests/in_process_cluster.h"
+#include "coordinator/in_process_cluster.h"
 #include "tests/subprocess.h"
 
 namespace pstrain {
@@ -148,7 +148,7 @@ TEST(CoordinatorBinaryTest, KilledMidJob_RerunResumesAtLastCheckpointAndFinishes
   const std::string csv = WriteRatings(dir);
   const std::string ckpt = dir + "/ckpt";
   const std::vector<std::string> argv = {
-      RunfilePath("coordinator/coordinator"), "--model=movielens_mf", "--data=" + csv,
+      RunfilePath("trainer/coordinator"), "--model=movielens_mf", "--data=" + csv,
       "--user_col=user", "--item_col=item", "--rating_col=stars", "--batch_size=8",
       "--epochs=150", "--checkpoint_dir=" + ckpt, "--checkpoint_every_steps=200", "--logdir="};
   {

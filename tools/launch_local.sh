@@ -28,7 +28,7 @@ for v in "$workers" "$ps"; do
   fi
 done
 
-bazel build //ps:ps_server //worker:worker_server //coordinator >/dev/null
+bazel build //ps:ps_server //trainer:worker_server //trainer:coordinator >/dev/null
 bin="$(bazel info bazel-bin 2>/dev/null)"
 run_dir="${PSTRAIN_RUN_DIR:-$(mktemp -d -t pstrain.XXXXXX)}"
 mkdir -p "$run_dir"
@@ -67,12 +67,12 @@ for ((i = 0; i < ps; i++)); do
   pids+=("$!")
 done
 for ((i = 0; i < workers; i++)); do
-  "$bin/worker/worker_server" --cluster_spec="$spec" --task="worker:$i" >"$run_dir/worker$i.log" 2>&1 &
+  "$bin/trainer/worker_server" --cluster_spec="$spec" --task="worker:$i" >"$run_dir/worker$i.log" 2>&1 &
   pids+=("$!")
 done
 
 set +e
-"$bin/coordinator/coordinator" --cluster_spec="$spec" "${coordinator_args[@]}"
+"$bin/trainer/coordinator" --cluster_spec="$spec" "${coordinator_args[@]}"
 rc=$?
 set -e
 exit "$rc"

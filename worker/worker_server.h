@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/task_identity.h"
+#include "cluster/task_identity.h"
 #include "worker/closure_registry.h"
 
 namespace pstrain {

@@ -1,0 +1,79 @@
+// An in-process cluster: N ps and M worker tasks in this process, each a real gRPC server on a
+// picked localhost port. The job's default (`coordinator --cluster_spec=in_process:...`), and what
+// tests use.
+#ifndef PSTRAIN_COORDINATOR_IN_PROCESS_CLUSTER_H_
+#define PSTRAIN_COORDINATOR_IN_PROCESS_CLUSTER_H_
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "cluster/cluster_spec.h"
+#include "ps/ps_server.h"
+#include "worker/worker_server.h"
+
+namespace pstrain {
+
+struct InProcessClusterOptions {
+  // Number of worker tasks. Default 2; at least 1.
+  int num_workers = 2;
+  // Number of ps tasks. Default 1; at least 1.
+  int num_ps = 1;
+  // Host part of every task's address. Default "localhost".
+  std::string host = "localhost";
+  // The closures and datasets every worker can run. Default (nullptr): the built-in ones.
+  std::shared_ptr<const ClosureRegistry> registry;
+};
+
+// Parses "in_process:workers=2,ps=2" (either key may be left out; defaults as above).
+// Errors: kInvalidArgument naming the bad key or value.
+absl::StatusOr<InProcessClusterOptions> ParseInProcessSpec(absl::string_view text);
+
+// Thread-safe. Destroying it shuts every task down.
+class InProcessCluster {
+ public:
+  // Picks ports and starts every task. Errors: kUnavailable if a server can't be started.
+  static absl::StatusOr<std::unique_ptr<InProcessCluster>> Start(
+      const InProcessClusterOptions& options);
+
+  ~InProcessCluster();
+  InProcessCluster(const InProcessCluster&) = delete;
+  InProcessCluster& operator=(const InProcessCluster&) = delete;
+
+  // The cluster's spec (no "task": this process plays every role).
+  const ClusterSpec& spec() const { return spec_; }
+
+  // Stops one task's server, dropping whatever it held in memory, like a crash of that task.
+  // Errors: kInvalidArgument for a task not in the cluster; kFailedPrecondition if already stopped.
+  absl::Status StopTask(const TaskRef& task);
+  // Starts a stopped task again at the same address, with a new incarnation.
+  // Errors: kInvalidArgument (unknown task), kFailedPrecondition (running), kUnavailable (port taken).
+  absl::Status StartTask(const TaskRef& task);
+  // StopTask then StartTask.
+  absl::Status RestartTask(const TaskRef& task);
+  bool IsRunning(const TaskRef& task) const;
+  // The running task's incarnation id. Errors: as StopTask.
+  absl::StatusOr<uint64_t> Incarnation(const TaskRef& task) const;
+
+  // Stops every task. Idempotent.
+  void Shutdown();
+
+ private:
+  explicit InProcessCluster(ClusterSpec spec) : spec_(std::move(spec)) {}
+  absl::Status StartTaskLocked(const TaskRef& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckKnown(const TaskRef& task) const;
+
+  const ClusterSpec spec_;
+  std::shared_ptr<const ClosureRegistry> registry_;
+  mutable absl::Mutex mu_;
+  // Below: guarded by mu_. A stopped task has no entry.
+  std::map<int, std::unique_ptr<PsServer>> ps_ ABSL_GUARDED_BY(mu_);
+  std::map<int, std::unique_ptr<WorkerServer>> workers_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_COORDINATOR_IN_PROCESS_CLUSTER_H_

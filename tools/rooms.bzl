@@ -1,0 +1,26 @@
+# The rooms of the repository, lowest first (../shared/DESIGN.md, "Rooms"): a room may use its own
+# code and the rooms listed before it, never those after it. The one place this order is kept:
+# tools/check_layering.py checks every #include against it (//tools:layering_test, in the suite),
+# and the root BUILD.bazel makes from it the visibility of each room's targets (room_package_groups).
+ROOMS = [
+    "proto",  # the wire: service and checkpoint messages
+    "common",  # status macros, logging, tensors, thread pool, CRC-32C, wire-format helpers
+    "cluster",  # what every task shares: cluster spec, ports, task identity, task main, health checks
+    "partitioners",  # TF's partitioners, row splits, id routing, placement, the plan tool
+    "ps",  # shards, optimizers, the ps service and binary, the client handles
+    "worker",  # closure registry, the worker service, device/ (CPU and CUDA math)
+    "coordinator",  # ClusterCoordinator, variable creation, checkpoints, the in-process cluster
+    "models",  # the Model interface, the example models and their data readers
+    "trainer",  # the trainer, progress line and TensorBoard files, the job's binaries
+]
+
+# Above every room: cross-room tests (the only test code among them), benchmarks, scripts.
+TOP = ["tests", "bench", "tools"]
+
+def room_package_groups():
+    """package_group `<room>_and_above` for each room: the packages that may depend on it."""
+    for i, room in enumerate(ROOMS):
+        native.package_group(
+            name = room + "_and_above",
+            packages = ["//%s/..." % r for r in ROOMS[i:] + TOP],
+        )

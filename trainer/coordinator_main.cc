@@ -1,0 +1,280 @@
+// The coordinator binary ("chief"): `coordinator --cluster_spec=cluster.json` (or TF_CONFIG), or
+// `coordinator --cluster_spec=in_process:workers=2,ps=2` (the default) to start an in-process
+// cluster first. It checks every task's health, then runs a job:
+//   --job=train (default)  trains --model (default movielens_mf) with checkpoints, resume,
+//                          progress, TensorBoard scalars and a final JSON summary line
+//   --job=sum              schedules --steps closures, each adding a range of integers into a ps
+//                          variable, and checks the total
+//   --job=health           stops after the health check
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/time.h"
+#include "common/logging.h"
+#include "cluster/spec_flag.h"
+#include "absl/time/clock.h"
+#include "coordinator/cluster_coordinator.h"
+#include "cluster/cluster_spec.h"
+#include "worker/closure_registry.h"
+#include "cluster/task_health.h"
+#include "trainer/trainer.h"
+#include "models/devices.h"
+#include "models/registry.h"
+#include "coordinator/in_process_cluster.h"
+
+ABSL_FLAG(std::string, cluster_spec, "in_process:workers=2,ps=2",
+          "The cluster: TF_CONFIG-style JSON text, the path of a JSON file, or "
+          "in_process:workers=N,ps=M to start the tasks inside this process. When empty, the "
+          "TF_CONFIG environment variable is used.");
+ABSL_FLAG(absl::Duration, connect_timeout, absl::Seconds(10),
+          "How long to wait for each task to answer before calling it unreachable.");
+ABSL_FLAG(std::string, job, "train",
+          "The job to run: train (--model), sum (a closure-throughput check), or health (only the "
+          "health check).");
+ABSL_FLAG(std::string, model, "movielens_mf",
+          "train: the model (movielens_mf, flights_ctr, fashion_mnist_mlp).");
+ABSL_FLAG(std::string, data, "", "train: the model's data file or directory (default: its files "
+          "under data/, made by tools/fetch_data.sh).");
+ABSL_FLAG(int, epochs, 0, "train: passes over the data (0: the model's default).");
+ABSL_FLAG(int64_t, max_steps, 0, "train: stop after this many steps in all (0: no limit).");
+ABSL_FLAG(int64_t, batch_size, 0, "train: examples per step (0: the model's default).");
+ABSL_FLAG(double, learning_rate, 0, "train: the server-side optimizer's rate (0: the default).");
+ABSL_FLAG(int64_t, embedding_dim, 0, "train: embedding width (0: the model's default).");
+ABSL_FLAG(int64_t, seed, 1, "train: seeds the split, the shuffles and the initializers.");
+ABSL_FLAG(std::string, device, "auto",
+          "train: where the workers compute: auto (a GPU per replica when the worker has GPUs and a "
+          "CUDA build, else the CPU), cpu, cuda.");
+ABSL_FLAG(int, replicas, 0,
+          "train: replicas per worker, each on a slice of the batch, their gradients all-reduced "
+          "(0: one per GPU, or one on the CPU).");
+ABSL_FLAG(std::string, user_col, "", "movielens_mf: the user column (default userId).");
+ABSL_FLAG(std::string, item_col, "", "movielens_mf: the item column (default movieId).");
+ABSL_FLAG(std::string, rating_col, "", "movielens_mf: the rating column (default rating).");
+ABSL_FLAG(std::vector<std::string>, model_opt, {},
+          "train: more model options as key=value,key=value (each model lists its own).");
+ABSL_FLAG(std::string, checkpoint_dir, "runs/{model}/checkpoints",
+          "Checkpoints go here ({model} is replaced; empty: no checkpoints).");
+ABSL_FLAG(std::string, restore, "latest",
+          "latest: resume from the newest checkpoint in --checkpoint_dir if any; none: start "
+          "fresh; or the path of one checkpoint.");
+ABSL_FLAG(bool, restore_skip_missing, false,
+          "Variables the restored checkpoint lacks keep their initial values (default: an error "
+          "naming them).");
+ABSL_FLAG(int64_t, checkpoint_every_steps, 0, "Save a checkpoint every N steps (0: not by steps).");
+ABSL_FLAG(absl::Duration, checkpoint_every, absl::Seconds(30),
+          "Save a checkpoint this often (0: not by time). A final one is always saved.");
+ABSL_FLAG(int, keep_checkpoints, 3, "Checkpoints kept.");
+ABSL_FLAG(std::string, logdir, "runs/{model}",
+          "TensorBoard event files go here ({model} is replaced; empty: none).");
+ABSL_FLAG(int64_t, steps, 2000, "sum job: closures to schedule.");
+ABSL_FLAG(int64_t, rows_per_step, 1000, "sum job: integers each closure adds.");
+ABSL_FLAG(int64_t, work_us, 0, "sum job: simulated compute per closure, in microseconds.");
+
+namespace pstrain {
+namespace {
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "error: %s\n", message.c_str());
+  return 2;
+}
+
+// Schedules --steps closures, each adding [begin, end) into an int64 ps variable, then checks the
+// total against n(n-1)/2. Closures run at least once: a worker that dies after adding but before
+// answering makes its closure run again, so under failures the total can exceed the expected one.
+int RunSumJob(const ClusterSpec& spec) {
+  const int64_t steps = absl::GetFlag(FLAGS_steps);
+  const int64_t rows = absl::GetFlag(FLAGS_rows_per_step);
+  if (steps < 1 || rows < 1) return Fail("--steps and --rows_per_step must be at least 1");
+  absl::StatusOr<std::unique_ptr<ClusterCoordinator>> coordinator = ClusterCoordinator::Create(spec);
+  if (!coordinator.ok()) return Fail(std::string(coordinator.status().message()));
+  VariableSpec total_spec;
+  total_spec.name = kSumJobVariable;
+  total_spec.shape = {1};
+  total_spec.dtype = DType::kInt64;
+  absl::StatusOr<ShardedVariable> total = (*coordinator)->variables()->Create(total_spec);
+  if (!total.ok()) return Fail(std::string(total.status().message()));
+  // Start from zero even if the ps tasks kept the variable from an earlier run.
+  if (absl::Status s = total->AssignAll(std::string(8, '\0')); !s.ok()) {
+    return Fail(std::string(s.message()));
+  }
+  const absl::Time start = absl::Now();
+  for (int64_t step = 0; step < steps; ++step) {
+    std::vector<Tensor> args = {Tensor::Scalar<int64_t>(step * rows),
+                                Tensor::Scalar<int64_t>((step + 1) * rows),
+                                Tensor::Scalar<int64_t>(absl::GetFlag(FLAGS_work_us))};
+    absl::StatusOr<RemoteValue> value = (*coordinator)->Schedule("add_range", std::move(args));
+    if (!value.ok()) return Fail(std::string(value.status().message()));
+    if ((step + 1) % std::max<int64_t>(1, steps / 10) == 0) {
+      std::printf("scheduled %lld/%lld closures, %d/%d workers healthy\n",
+                  static_cast<long long>(step + 1), static_cast<long long>(steps),
+                  (*coordinator)->num_healthy_workers(), (*coordinator)->num_workers());
+      std::fflush(stdout);
+    }
+  }
+  if (absl::Status s = (*coordinator)->Join(); !s.ok()) return Fail(std::string(s.message()));
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  absl::StatusOr<std::string> bytes = total->ReadAll();
+  if (!bytes.ok()) return Fail(std::string(bytes.status().message()));
+  int64_t got = 0;
+  std::memcpy(&got, bytes->data(), 8);
+  const int64_t n = steps * rows;
+  const int64_t exact = (n % 2 == 0) ? (n / 2) * (n - 1) : n * ((n - 1) / 2);  // 0 + ... + n-1
+  std::printf("{\"job\": \"sum\", \"closures\": %lld, \"total\": %lld, \"expected\": %lld, "
+              "\"closures_per_s\": %.0f, \"wall_s\": %.3f}\n",
+              static_cast<long long>(steps), static_cast<long long>(got),
+              static_cast<long long>(exact), steps / seconds, seconds);
+  std::fflush(stdout);
+  if (got < exact) return Fail("the total is short: a closure was lost");
+  return 0;
+}
+
+std::string WithModel(std::string text, const std::string& model) {
+  const size_t at = text.find("{model}");
+  if (at != std::string::npos) text.replace(at, 7, model);
+  return text;
+}
+
+// Trains --model on the cluster and prints the run's summary as one JSON line.
+int RunTrainJob(const ClusterSpec& spec) {
+  const std::string name = absl::GetFlag(FLAGS_model);
+  ModelOptions options;
+  options.data = absl::GetFlag(FLAGS_data);
+  options.epochs = absl::GetFlag(FLAGS_epochs);
+  options.max_steps = absl::GetFlag(FLAGS_max_steps);
+  options.batch_size = absl::GetFlag(FLAGS_batch_size);
+  options.learning_rate = absl::GetFlag(FLAGS_learning_rate);
+  options.embedding_dim = absl::GetFlag(FLAGS_embedding_dim);
+  if (options.epochs < 0 || options.max_steps < 0 || options.batch_size < 0 ||
+      options.learning_rate < 0 || options.embedding_dim < 0 || absl::GetFlag(FLAGS_seed) < 0) {
+    return Fail("--epochs, --max_steps, --batch_size, --learning_rate, --embedding_dim and --seed "
+                "must not be negative");
+  }
+  options.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
+  absl::StatusOr<DeviceOptions::Kind> device = ParseDeviceKind(absl::GetFlag(FLAGS_device));
+  if (!device.ok()) return Fail(absl::StrCat("--device: ", device.status().message()));
+  options.devices.kind = *device;
+  options.devices.replicas = absl::GetFlag(FLAGS_replicas);
+  if (options.devices.replicas < 0) {
+    return Fail(absl::StrCat("--replicas=", options.devices.replicas, " must not be negative"));
+  }
+  for (const char* col : {"user_col", "item_col", "rating_col"}) {
+    const std::string value = col == std::string("user_col")   ? absl::GetFlag(FLAGS_user_col)
+                              : col == std::string("item_col") ? absl::GetFlag(FLAGS_item_col)
+                                                               : absl::GetFlag(FLAGS_rating_col);
+    if (!value.empty()) options.extra[col] = value;
+  }
+  for (const std::string& kv : absl::GetFlag(FLAGS_model_opt)) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return Fail(absl::StrCat("--model_opt: \"", kv, "\" is not key=value"));
+    }
+    options.extra[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  absl::StatusOr<std::unique_ptr<Model>> model = CreateModel(name, options);
+  if (!model.ok()) return Fail(std::string(model.status().message()));
+
+  TrainerOptions trainer;
+  trainer.checkpoint_dir = WithModel(absl::GetFlag(FLAGS_checkpoint_dir), name);
+  trainer.restore = absl::GetFlag(FLAGS_restore);
+  trainer.restore_skip_missing = absl::GetFlag(FLAGS_restore_skip_missing);
+  trainer.checkpoint_every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
+  trainer.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
+  trainer.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
+  trainer.logdir = WithModel(absl::GetFlag(FLAGS_logdir), name);
+  absl::StatusOr<TrainResult> result = Train(spec, model->get(), trainer);
+  if (!result.ok()) return Fail(std::string(result.status().message()));
+  if (result->start_step == result->end_step && !result->restored_from.empty()) {
+    std::fprintf(stderr,
+                 "note: the checkpoint %s already covers all %lld steps, so this run only "
+                 "evaluated; pass --restore=none to train again\n",
+                 result->restored_from.c_str(), static_cast<long long>(result->end_step));
+  }
+  std::printf("%s\n", result->ToJson().c_str());
+  std::fflush(stdout);
+  return 0;
+}
+
+int Run() {
+  std::string source;
+  absl::StatusOr<std::string> spec_flag = ClusterSpecText(absl::GetFlag(FLAGS_cluster_spec), &source);
+  if (!spec_flag.ok()) return Fail(std::string(spec_flag.status().message()));
+  const std::string& spec_text = *spec_flag;
+
+  std::unique_ptr<InProcessCluster> in_process;
+  absl::StatusOr<ClusterSpec> spec = absl::InvalidArgumentError("unset");
+  if (absl::StartsWith(spec_text, "in_process")) {
+    absl::StatusOr<InProcessClusterOptions> options = ParseInProcessSpec(spec_text);
+    if (!options.ok()) return Fail(absl::StrCat(source, ": ", options.status().message()));
+    absl::StatusOr<std::shared_ptr<const ClosureRegistry>> registry = TrainingRegistry();
+    if (!registry.ok()) return Fail(std::string(registry.status().message()));
+    options->registry = *registry;
+    absl::StatusOr<std::unique_ptr<InProcessCluster>> cluster = InProcessCluster::Start(*options);
+    if (!cluster.ok()) return Fail(absl::StrCat("in-process cluster: ", cluster.status().message()));
+    in_process = std::move(*cluster);
+    spec = in_process->spec();
+  } else {
+    spec = ClusterSpec::FromFlagValue(spec_text);
+    if (!spec.ok()) return Fail(absl::StrCat(source, ": ", spec.status().message()));
+  }
+
+  std::printf("cluster: %d worker(s), %d ps\n", spec->num_workers(), spec->num_ps());
+  int unreachable = 0;
+  std::string first_error;
+  for (const TaskRef& task : spec->AllTasks()) {
+    if (task.type != kPs && task.type != kWorker) continue;  // chief (us), evaluator: no server
+    const std::string address = *spec->address(task);
+    absl::StatusOr<HealthResponse> health =
+        CheckTaskHealth(task, address, absl::GetFlag(FLAGS_connect_timeout));
+    if (!health.ok()) {
+      ++unreachable;
+      if (first_error.empty()) first_error = std::string(health.status().message());
+      std::printf("  %-10s %-22s DOWN  %s\n", task.ToString().c_str(), address.c_str(),
+                  std::string(health.status().message()).c_str());
+      continue;
+    }
+    std::printf("  %-10s %-22s OK    incarnation=%016llx pid=%d\n", task.ToString().c_str(),
+                address.c_str(), static_cast<unsigned long long>(health->incarnation()),
+                health->pid());
+  }
+  std::fflush(stdout);
+  if (unreachable > 0) {
+    return Fail(absl::StrCat(unreachable, " task(s) not healthy; first: ", first_error));
+  }
+  std::printf("all tasks healthy\n");
+  std::fflush(stdout);
+  if (absl::GetFlag(FLAGS_job) == "health") return 0;
+  if (absl::GetFlag(FLAGS_job) == "sum") return RunSumJob(*spec);
+  if (absl::GetFlag(FLAGS_job) == "train") return RunTrainJob(*spec);
+  return Fail(
+      absl::StrCat("--job=", absl::GetFlag(FLAGS_job), " is not a job (train, sum, health)"));
+}
+
+}  // namespace
+}  // namespace pstrain
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Drives a training job on a cluster.\n"
+      "Usage: coordinator [--model=movielens_mf] [--cluster_spec=cluster.json | "
+      "--cluster_spec=in_process:workers=2,ps=2]");
+  absl::ParseCommandLine(argc, argv);
+  pstrain::SetMinLogLevelFromEnv();
+  // Under `bazel run`, relative paths (data/, runs/) mean the user's directory, not the runfiles.
+  if (const char* dir = std::getenv("BUILD_WORKING_DIRECTORY"); dir != nullptr && *dir != '\0') {
+    if (::chdir(dir) != 0) std::fprintf(stderr, "warning: can't chdir to %s\n", dir);
+  }
+  return pstrain::Run();
+}

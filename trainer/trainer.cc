@@ -1,0 +1,238 @@
+#include "trainer/trainer.h"
+
+#include <deque>
+#include <memory>
+#include <optional>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "coordinator/checkpoint_manager.h"
+#include "trainer/event_writer.h"
+#include "nlohmann/json.hpp"
+
+namespace pstrain {
+namespace {
+
+constexpr char kExamplesState[] = "trainer/examples";
+constexpr char kModelState[] = "trainer/model";
+
+}  // namespace
+
+std::string TrainResult::ToJson() const {
+  nlohmann::json j;
+  j["model"] = model;
+  j["workers"] = num_workers;
+  j["ps"] = num_ps;
+  j["start_step"] = start_step;
+  j["end_step"] = end_step;
+  if (!restored_from.empty()) j["restored_from"] = restored_from;
+  if (!last_checkpoint.empty()) j["checkpoint"] = last_checkpoint;
+  j["examples"] = examples;
+  j["train_seconds"] = train_seconds;
+  j["examples_per_sec"] = examples_per_sec;
+  j["final_loss"] = final_loss;
+  for (const auto& [k, v] : metrics.values) j[k] = v;
+  for (const auto& [k, v] : metrics.notes) j[k] = v;
+  return j.dump();
+}
+
+absl::StatusOr<TrainResult> Train(const ClusterSpec& spec, Model* model,
+                                  const TrainerOptions& options,
+                                  CoordinatorOptions coordinator_options) {
+  if (options.checkpoint_every_steps < 0 || options.max_pending_steps < 1 ||
+      options.summary_every_steps < 1 || options.keep_checkpoints < 1) {
+    return absl::InvalidArgumentError(
+        "trainer: checkpoint_every_steps must be >= 0, and max_pending_steps, "
+        "summary_every_steps and keep_checkpoints >= 1");
+  }
+  if (options.restore.empty()) {
+    return absl::InvalidArgumentError("trainer: restore must be latest, none or a checkpoint path");
+  }
+  // The checkpoint manager exists only once the coordinator does; the recovery hook reads it then.
+  std::unique_ptr<CheckpointManager> checkpoints;
+  coordinator_options.on_ps_restarted = [&checkpoints](int ps) -> absl::Status {
+    if (checkpoints == nullptr) {
+      LOG(WARNING) << "ps:" << ps << " restarted and there are no checkpoints: its shards start "
+                   << "again from their initial values";
+      return absl::OkStatus();
+    }
+    ASSIGN_OR_RETURN(std::optional<RestoredCheckpoint> r, checkpoints->RestorePs(ps));
+    if (r.has_value()) {
+      LOG(WARNING) << "ps:" << ps << " restarted: its shards were reloaded from the checkpoint at "
+                   << "step " << r->step << "; the updates they got since then are lost";
+    } else {
+      LOG(WARNING) << "ps:" << ps << " restarted before the first checkpoint: its shards start "
+                   << "again from their initial values";
+    }
+    return absl::OkStatus();
+  };
+  ASSIGN_OR_RETURN(std::unique_ptr<ClusterCoordinator> coordinator,
+                   ClusterCoordinator::Create(spec, coordinator_options));
+
+  TrainResult result;
+  result.model = model->name();
+  result.num_workers = coordinator->num_workers();
+  result.num_ps = coordinator->ps()->num_ps();
+  RETURN_IF_ERROR(model->Setup(coordinator.get()));
+  const int64_t total = model->total_steps();
+
+  int64_t start = 0;
+  int64_t examples_before = 0;
+  if (!options.checkpoint_dir.empty()) {
+    CheckpointOptions c;
+    c.dir = options.checkpoint_dir;
+    c.keep = options.keep_checkpoints;
+    ASSIGN_OR_RETURN(checkpoints, CheckpointManager::Create(c, coordinator->ps()->clients(),
+                                                            coordinator->variables()));
+  }
+  std::optional<RestoredCheckpoint> restored;
+  RestoreOptions restore_options;
+  restore_options.skip_missing = options.restore_skip_missing;
+  if (options.restore != "none" && options.restore != "latest") {
+    if (checkpoints == nullptr) {
+      // A checkpoint path without a checkpoint_dir: restore from it, save nowhere.
+      CheckpointOptions c;
+      c.dir = options.restore + "/..";
+      ASSIGN_OR_RETURN(checkpoints, CheckpointManager::Create(c, coordinator->ps()->clients(),
+                                                              coordinator->variables()));
+    }
+    ASSIGN_OR_RETURN(restored, checkpoints->Restore(options.restore, restore_options));
+  } else if (options.restore == "latest" && checkpoints != nullptr) {
+    ASSIGN_OR_RETURN(restored, checkpoints->RestoreLatest(restore_options));
+  }
+  if (restored.has_value()) {
+    auto it = restored->state.find(kModelState);
+    if (it != restored->state.end() && it->second != model->name()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint ", restored->path, " is of model ", it->second, ", not ", model->name()));
+    }
+    start = std::min(restored->step, total);
+    it = restored->state.find(kExamplesState);
+    if (it != restored->state.end()) (void)absl::SimpleAtoi(it->second, &examples_before);
+    result.restored_from = restored->path;
+    LOG(INFO) << "resuming " << model->name() << " at step " << start << " of " << total
+              << " from " << restored->path;
+  }
+  result.start_step = start;
+
+  std::unique_ptr<EventWriter> events;
+  if (!options.logdir.empty()) {
+    ASSIGN_OR_RETURN(events, EventWriter::Create(options.logdir));
+  }
+  ProgressOptions progress_options = options.progress;
+  progress_options.total_steps = total;
+  progress_options.initial_step = start;
+  progress_options.initial_examples = examples_before;
+  ASSIGN_OR_RETURN(std::unique_ptr<ProgressReporter> progress,
+                   ProgressReporter::Create(progress_options));
+
+  int64_t examples = examples_before;
+  auto save = [&](int64_t step) -> absl::Status {
+    if (checkpoints == nullptr) return absl::OkStatus();
+    RETURN_IF_ERROR(coordinator->Join());
+    std::map<std::string, std::string> state = {{kExamplesState, absl::StrCat(examples)},
+                                                {kModelState, model->name()}};
+    return coordinator->RunExclusive([&]() -> absl::Status {
+      ASSIGN_OR_RETURN(result.last_checkpoint, checkpoints->Save(step, state));
+      return absl::OkStatus();
+    });
+  };
+
+  const absl::Time train_start = absl::Now();
+  absl::Time last_save = train_start;
+  absl::Time last_summary = train_start;
+  int64_t examples_at_summary = examples;
+  std::deque<std::pair<int64_t, RemoteValue>> pending;
+  double loss_sum = 0;
+  int64_t loss_count = 0;
+  auto collect_front = [&]() -> absl::Status {
+    auto [step, value] = std::move(pending.front());
+    pending.pop_front();
+    absl::StatusOr<std::vector<Tensor>> fetched = value.Fetch();
+    if (!fetched.ok()) {
+      // Cancelled because the job failed elsewhere: report that first error, not the cancellation.
+      if (fetched.status().code() == absl::StatusCode::kCancelled) {
+        RETURN_IF_ERROR(coordinator->Join());
+      }
+      return fetched.status();
+    }
+    std::vector<Tensor> out = *std::move(fetched);
+    if (out.size() < 2 || !out[0].Is<float>() || !out[1].Is<int64_t>()) {
+      return absl::InternalError(absl::StrCat("model ", model->name(), ": step ", step,
+                                              " did not return {loss, examples}"));
+    }
+    const double loss = out[0].scalar<float>();
+    examples += out[1].scalar<int64_t>();
+    loss_sum += loss;
+    ++loss_count;
+    progress->Update(step + 1, examples, loss);
+    if (events != nullptr && ((step + 1) % options.summary_every_steps == 0 || step + 1 == total)) {
+      const absl::Time now = absl::Now();
+      RETURN_IF_ERROR(events->WriteScalar("loss", step + 1, static_cast<float>(loss_sum / loss_count)));
+      const double seconds = absl::ToDoubleSeconds(now - last_summary);
+      if (seconds > 0) {
+        RETURN_IF_ERROR(events->WriteScalar(
+            "examples_per_sec", step + 1,
+            static_cast<float>((examples - examples_at_summary) / seconds)));
+      }
+      last_summary = now;
+      examples_at_summary = examples;
+    }
+    result.final_loss = loss;
+    if (loss_count >= 50) {  // the summary's "recent loss": a mean over the last steps
+      result.final_loss = loss_sum / loss_count;
+      loss_sum = 0;
+      loss_count = 0;
+    }
+    if (options.after_step) RETURN_IF_ERROR(options.after_step(step));
+    return absl::OkStatus();
+  };
+  auto collect_all = [&]() -> absl::Status {
+    while (!pending.empty()) RETURN_IF_ERROR(collect_front());
+    return absl::OkStatus();
+  };
+
+  for (int64_t step = start; step < total; ++step) {
+    ASSIGN_OR_RETURN(RemoteValue value, model->ScheduleStep(coordinator.get(), step));
+    pending.emplace_back(step, std::move(value));
+    while (!pending.empty() && (static_cast<int64_t>(pending.size()) > options.max_pending_steps ||
+                                pending.front().second.IsReady())) {
+      RETURN_IF_ERROR(collect_front());
+    }
+    const bool by_steps =
+        options.checkpoint_every_steps > 0 && (step + 1) % options.checkpoint_every_steps == 0;
+    const bool by_time = options.checkpoint_every > absl::ZeroDuration() &&
+                         absl::Now() - last_save >= options.checkpoint_every;
+    if (checkpoints != nullptr && step + 1 < total && (by_steps || by_time)) {
+      RETURN_IF_ERROR(collect_all());
+      RETURN_IF_ERROR(save(step + 1));
+      last_save = absl::Now();
+    }
+  }
+  RETURN_IF_ERROR(collect_all());
+  RETURN_IF_ERROR(coordinator->Join());
+  result.train_seconds = absl::ToDoubleSeconds(absl::Now() - train_start);
+  if (loss_count > 0) result.final_loss = loss_sum / loss_count;
+  progress->Finish();
+  result.end_step = total;
+  result.examples = examples - examples_before;
+  result.examples_per_sec =
+      result.train_seconds > 0 ? result.examples / result.train_seconds : 0;
+  if (start < total || !restored.has_value()) RETURN_IF_ERROR(save(total));
+
+  if (options.evaluate) {
+    ASSIGN_OR_RETURN(result.metrics, model->Evaluate(coordinator.get()));
+    if (events != nullptr) {
+      for (const auto& [name, value] : result.metrics.values) {
+        RETURN_IF_ERROR(events->WriteScalar(name, total, static_cast<float>(value)));
+      }
+    }
+  }
+  if (events != nullptr) RETURN_IF_ERROR(events->Flush());
+  return result;
+}
+
+}  // namespace pstrain
