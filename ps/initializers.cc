@@ -56,8 +56,11 @@ absl::Status ValidateInitializer(const InitializerDef& init) {
   }
 }
 
-void InitializeFloat(const InitializerDef& init, int64_t first_element, int64_t count, float* out) {
-  const uint64_t seed = init.seed();
+namespace {
+
+// InitializeFloat with the seed given apart.
+void InitializeFloatSeeded(const InitializerDef& init, uint64_t seed, int64_t first_element,
+                           int64_t count, float* out) {
   switch (init.kind()) {
     case InitializerDef::ZEROS:
       for (int64_t i = 0; i < count; ++i) out[i] = 0.0f;
@@ -92,6 +95,18 @@ void InitializeFloat(const InitializerDef& init, int64_t first_element, int64_t 
     default:
       return;
   }
+}
+
+}  // namespace
+
+void InitializeFloat(const InitializerDef& init, int64_t first_element, int64_t count, float* out) {
+  InitializeFloatSeeded(init, init.seed(), first_element, count, out);
+}
+
+void InitializeFloatForKey(const InitializerDef& init, int64_t key, int64_t count, float* out) {
+  // A seed of its own per key; elements are then numbered from 0.
+  const uint64_t key_seed = Mix(init.seed() ^ Mix(static_cast<uint64_t>(key) ^ 0x6a09e667f3bcc909ULL));
+  InitializeFloatSeeded(init, key_seed, 0, count, out);
 }
 
 void InitializeInt64(const InitializerDef& init, int64_t /*first_element*/, int64_t count,

@@ -17,6 +17,9 @@ absl::Status ValidateInitializer(const InitializerDef& init);
 
 // Writes `count` elements starting at global element index `first_element` (row_offset * width).
 void InitializeFloat(const InitializerDef& init, int64_t first_element, int64_t count, float* out);
+// A dynamic table's row for `key`: `count` floats drawn from (init.seed(), key, element), the same
+// distributions as InitializeFloat, so a key's initial row never depends on where it is stored.
+void InitializeFloatForKey(const InitializerDef& init, int64_t key, int64_t count, float* out);
 // For int64 variables: ZEROS and CONSTANT only (random kinds are rejected by validation).
 void InitializeInt64(const InitializerDef& init, int64_t first_element, int64_t count,
                      int64_t* out);

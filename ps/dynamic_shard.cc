@@ -1,0 +1,1071 @@
+#include "ps/dynamic_shard.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <cmath>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "common/id_index.h"
+#include "common/status_macros.h"
+#include "partitioners/key_routing.h"
+#include "ps/initializers.h"
+#include "ps/table_memory.h"
+
+namespace pstrain {
+namespace {
+
+// The record's header. `step` is the low 32 bits of the last global step (ages are computed modulo
+// 2^32, so TTLs below 2^31 steps are exact); `live` is 0 for a free record.
+struct RecordHeader {
+  int64_t key;
+  uint32_t step;
+  uint32_t count;
+  uint32_t generation;
+  uint32_t live;
+};
+static_assert(sizeof(RecordHeader) == DynamicShard::kHeaderBytes, "header layout");
+
+inline RecordHeader* Header(char* record) { return reinterpret_cast<RecordHeader*>(record); }
+inline const RecordHeader* Header(const char* record) {
+  return reinterpret_cast<const RecordHeader*>(record);
+}
+inline float* Floats(char* record) { return reinterpret_cast<float*>(record + sizeof(RecordHeader)); }
+inline const float* Floats(const char* record) {
+  return reinterpret_cast<const float*>(record + sizeof(RecordHeader));
+}
+
+inline int64_t LoadKey(const char* p) {
+  int64_t k;
+  std::memcpy(&k, p, sizeof(k));
+  return k;
+}
+
+// The shard's own hash of a key, independent of the routing hash that picked the shard (a salted
+// MixKey): the top 3 bits pick the stripe, the low 32 bits are the index entry's tag and home.
+inline uint64_t StripeHash(int64_t key) { return MixKey(key ^ 0x2545f4914f6cdd1dLL); }
+inline int StripeOf(uint64_t hash) { return static_cast<int>(hash >> 61); }
+static_assert(DynamicShard::kStripes == 8, "StripeOf takes 3 bits");
+inline uint32_t Tag(uint64_t hash) { return static_cast<uint32_t>(hash); }
+inline uint64_t Entry(uint64_t hash, uint32_t record) {
+  return (uint64_t{Tag(hash)} << 32) | (uint64_t{record} + 1);
+}
+inline uint32_t EntryRecord(uint64_t entry) { return static_cast<uint32_t>(entry) - 1; }
+inline uint32_t EntryTag(uint64_t entry) { return static_cast<uint32_t>(entry >> 32); }
+
+// A key's last step moves only forward (async workers send steps out of order); compared modulo 2^32.
+inline void Touch(uint32_t* last, uint32_t step) {
+  if (static_cast<int32_t>(step - *last) > 0) *last = step;
+}
+
+inline uint32_t SaturatingAdd(uint32_t a, uint32_t b) {
+  return a > std::numeric_limits<uint32_t>::max() - b ? std::numeric_limits<uint32_t>::max() : a + b;
+}
+
+constexpr int kFirstBlockShift = 6;  // the first block holds 64 records
+constexpr int64_t kMinIndex = 16;    // entries in a stripe's first index
+constexpr int64_t kDefaultSketchBytes = int64_t{1} << 20;
+constexpr int kSketchRows = 4;
+// Bytes of index per key that max_bytes counts (8-byte entries, the index between 3/8 and 3/4
+// full: 16 bytes at half full).
+constexpr int64_t kIndexBytesPerKey = 16;
+constexpr int64_t kPrefetchAhead = 8;
+constexpr int64_t kDefaultExportKeys = 65536;
+
+// Which block a record number is in, and where: a first block of 64 records, then blocks doubling
+// up to 2^max_shift records (about 2 MiB, so that big tables get huge pages), then blocks of that.
+inline void Locate(uint32_t r, int max_shift, int* block, uint32_t* offset) {
+  if (r < (1u << kFirstBlockShift)) {
+    *block = 0;
+    *offset = r;
+  } else if (r < (1u << max_shift)) {
+    const int width = 32 - __builtin_clz(r);  // r is in [2^(width-1), 2^width)
+    *block = width - kFirstBlockShift;
+    *offset = r - (1u << (width - 1));
+  } else {
+    *block = (max_shift - kFirstBlockShift) + static_cast<int>(r >> max_shift);
+    *offset = r & ((1u << max_shift) - 1);
+  }
+}
+
+inline int64_t BlockRecords(int block, int max_shift) {
+  if (block == 0) return int64_t{1} << kFirstBlockShift;
+  if (block <= max_shift - kFirstBlockShift) return int64_t{1} << (kFirstBlockShift - 1 + block);
+  return int64_t{1} << max_shift;
+}
+
+// The bits of the biggest blocks of a table of `record_bytes` records: at least 2 MiB each.
+int MaxBlockShift(int64_t record_bytes) {
+  int shift = kFirstBlockShift;
+  while (shift < 24 && (int64_t{1} << shift) * record_bytes < (int64_t{2} << 20)) ++shift;
+  return shift;
+}
+
+// A uniform draw in [0, 1) from (a, b, c).
+double Draw(uint64_t a, uint64_t b, uint64_t c) {
+  const uint64_t bits = MixKey(static_cast<int64_t>(MixKey(static_cast<int64_t>(a ^ MixKey(static_cast<int64_t>(b)))) ^ c));
+  return static_cast<double>(bits >> 11) * (1.0 / 9007199254740992.0);
+}
+
+// The cursor of an export: (stripe, next record number), 8 bytes little-endian.
+std::string EncodeCursor(int stripe, uint32_t record) {
+  const uint64_t v = (uint64_t{static_cast<uint32_t>(stripe)} << 32) | record;
+  return std::string(reinterpret_cast<const char*>(&v), sizeof(v));
+}
+
+}  // namespace
+
+// A stripe: its lock, its index and its records. Changed only under `mu`; a checkpoint reads it
+// under `mu` too, with the store's update gate keeping every writer out.
+struct DynamicShard::Stripe {
+  mutable absl::Mutex mu;
+  TableMemory index_memory;
+  uint64_t* index = nullptr;  // entries: (hash's low 32 bits << 32) | (record + 1); 0 = empty
+  uint64_t mask = 0;          // capacity - 1 (no index before the first insert)
+  int64_t entries = 0;
+  std::vector<TableMemory> blocks;
+  uint32_t next_record = 0;  // records [0, next_record) have been handed out
+  std::vector<uint32_t> free_records;
+  int64_t live = 0;
+  int64_t next_sweep_step = 0;
+  std::vector<std::pair<int64_t, uint32_t>> erased;  // (key, generation), while tracked
+  BudgetReservation reservation;  // blocks and index
+};
+
+DynamicShard::DynamicShard(VariableShardDef def) : def_(std::move(def)) {}
+
+DynamicShard::~DynamicShard() = default;
+
+absl::StatusOr<std::unique_ptr<DynamicShard>> DynamicShard::Create(const VariableShardDef& def,
+                                                                   MemoryBudget* budget) {
+  const std::string who = absl::StrCat("dynamic table shard \"", def.name(), "\"");
+  auto invalid = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": ", why));
+  };
+  if (def.name().empty()) return absl::InvalidArgumentError("shard definition with an empty name");
+  if (!def.has_dynamic()) return invalid("not a dynamic table (no dynamic definition)");
+  const DynamicTableDef& d = def.dynamic();
+  if (def.dtype() != DT_FLOAT32) {
+    return invalid(absl::StrCat("dtype ", DataType_Name(def.dtype()), " is not supported (float32)"));
+  }
+  if (d.dim() < 1 || d.dim() > (int64_t{1} << 20)) {
+    return invalid(absl::StrCat("dim ", d.dim(), " must be in [1, 1048576]"));
+  }
+  if (def.full_shape_size() != 1 || def.full_shape(0) != d.dim()) {
+    return invalid(absl::StrCat("full_shape must be [dim] = [", d.dim(), "]"));
+  }
+  if (def.row_offset() != 0 || def.num_rows() != 0) {
+    return invalid("row_offset and num_rows must be 0 (a dynamic table has no row range)");
+  }
+  if (def.num_shards() < 1 || def.shard_index() < 0 || def.shard_index() >= def.num_shards()) {
+    return invalid(absl::StrCat("shard_index ", def.shard_index(), " out of range for ",
+                                def.num_shards(), " shards"));
+  }
+  if (d.admit_min_count() < 0 || d.admit_min_count() > 255) {
+    return invalid(absl::StrCat("admit_min_count ", d.admit_min_count(), " must be in [0, 255]"));
+  }
+  if (!(d.admit_probability() >= 0 && d.admit_probability() <= 1)) {
+    return invalid(absl::StrCat("admit_probability ", d.admit_probability(),
+                                " must be in [0, 1]"));
+  }
+  if (d.admission_sketch_bytes() < 0 || d.admission_sketch_bytes() > (int64_t{1} << 32)) {
+    return invalid(absl::StrCat("admission_sketch_bytes ", d.admission_sketch_bytes(),
+                                " must be in [0, 4 GiB]"));
+  }
+  if (d.ttl_steps() < 0 || d.ttl_steps() >= (int64_t{1} << 31)) {
+    return invalid(absl::StrCat("ttl_steps ", d.ttl_steps(), " must be in [0, 2^31)"));
+  }
+  if (d.max_rows() < 0 || d.max_bytes() < 0) {
+    return invalid("max_rows and max_bytes must not be negative");
+  }
+  if (!std::isfinite(d.default_value())) return invalid("default_value must be finite");
+  if (absl::Status s = ValidateInitializer(def.initializer()); !s.ok()) {
+    return invalid(s.message());
+  }
+
+  std::unique_ptr<DynamicShard> shard(new DynamicShard(def));
+  shard->dim_ = d.dim();
+  if (def.has_optimizer()) {
+    absl::StatusOr<std::unique_ptr<Optimizer>> optimizer = Optimizer::Create(def.optimizer());
+    if (!optimizer.ok()) return invalid(optimizer.status().message());
+    shard->optimizer_ = std::move(*optimizer);
+    *shard->def_.mutable_optimizer() = shard->optimizer_->def();
+    shard->num_slots_ = shard->optimizer_->num_slots();
+    for (int s = 0; s < shard->num_slots_; ++s) {
+      shard->slot_init_.push_back(shard->optimizer_->slot_initial_value(s));
+    }
+  }
+  shard->record_bytes_ = (kHeaderBytes + 4 * shard->record_floats() + 7) / 8 * 8;
+  shard->max_block_shift_ = MaxBlockShift(shard->record_bytes_);
+  int64_t capacity = d.max_rows();
+  if (d.max_bytes() > 0) {
+    const int64_t by_bytes = d.max_bytes() / (shard->record_bytes_ + kIndexBytesPerKey);
+    if (by_bytes == 0) {
+      return invalid(absl::StrCat("max_bytes ", d.max_bytes(), " is less than one key's ",
+                                  shard->record_bytes_ + kIndexBytesPerKey, " bytes"));
+    }
+    capacity = capacity == 0 ? by_bytes : std::min(capacity, by_bytes);
+  }
+  if (capacity > 0) capacity = (capacity + def.num_shards() - 1) / def.num_shards();
+  shard->capacity_ = capacity;
+  shard->ttl_ = d.ttl_steps();
+  shard->default_row_.assign(static_cast<size_t>(shard->dim_), d.default_value());
+  shard->stripes_ = std::make_unique<Stripe[]>(kStripes);
+  for (int s = 0; s < kStripes; ++s) shard->stripes_[s].reservation = BudgetReservation(budget);
+  shard->sketch_reservation_ = BudgetReservation(budget);
+  if (d.admit_min_count() > 1 || d.admit_probability() > 0) {
+    int64_t bytes = d.admission_sketch_bytes() > 0 ? d.admission_sketch_bytes()
+                                                   : kDefaultSketchBytes;
+    bytes = std::max<int64_t>(kSketchRows, bytes / kSketchRows * kSketchRows);
+    RETURN_IF_ERROR(shard->sketch_reservation_.Add(bytes, who));
+    shard->sketch_.assign(static_cast<size_t>(bytes), 0);
+  }
+  return shard;
+}
+
+// ---- Records and the index of one stripe.
+
+char* DynamicShard::Record(const Stripe& s, uint32_t r) const {
+  int block;
+  uint32_t offset;
+  Locate(r, max_block_shift_, &block, &offset);
+  return s.blocks[block].data() + static_cast<int64_t>(offset) * record_bytes_;
+}
+
+bool DynamicShard::Probe(const Stripe& s, int64_t key, uint64_t hash, uint64_t* pos) const {
+  if (s.index == nullptr) return false;
+  const uint32_t tag = Tag(hash);
+  for (uint64_t i = tag & s.mask;; i = (i + 1) & s.mask) {
+    const uint64_t e = s.index[i];
+    if (e == 0 || (EntryTag(e) == tag && Header(Record(s, EntryRecord(e)))->key == key)) {
+      *pos = i;
+      return e != 0;
+    }
+  }
+}
+
+absl::Status DynamicShard::MakeRoom(Stripe& s, int64_t new_keys) {
+  if (new_keys <= 0) return absl::OkStatus();
+  const std::string who = absl::StrCat("dynamic table shard \"", name(), "\"");
+  // The index: at most 3/4 full.
+  const int64_t need_entries = s.entries + new_keys;
+  int64_t capacity = s.index == nullptr ? 0 : static_cast<int64_t>(s.mask) + 1;
+  int64_t grown = std::max(capacity, kMinIndex);
+  while (need_entries * 4 > grown * 3) grown *= 2;
+  // The blocks: enough records, free ones first.
+  const int64_t fresh = std::max<int64_t>(0, new_keys - static_cast<int64_t>(s.free_records.size()));
+  int64_t have = 0;
+  for (size_t b = 0; b < s.blocks.size(); ++b) {
+    have += BlockRecords(static_cast<int>(b), max_block_shift_);
+  }
+  if (static_cast<int64_t>(s.next_record) + fresh > int64_t{0xfffffffe}) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(who, ": a stripe can't hold more than 2^32 - 2 records"));
+  }
+  std::vector<int64_t> block_sizes;
+  int64_t block_bytes = 0;
+  for (int64_t b = static_cast<int64_t>(s.blocks.size()); have < s.next_record + fresh; ++b) {
+    const int64_t records = BlockRecords(static_cast<int>(b), max_block_shift_);
+    block_sizes.push_back(records);
+    block_bytes += records * record_bytes_;
+    have += records;
+  }
+  const int64_t index_bytes = grown != capacity ? grown * 8 : 0;
+  RETURN_IF_ERROR(s.reservation.Add(block_bytes + index_bytes, who));
+  for (int64_t records : block_sizes) {
+    TableMemory block(static_cast<size_t>(records * record_bytes_));
+    if (block.data() == nullptr) {
+      s.reservation.Remove(block_bytes + index_bytes);
+      return absl::ResourceExhaustedError(
+          absl::StrCat(who, ": out of memory for ", records, " records"));
+    }
+    s.blocks.push_back(std::move(block));
+  }
+  if (grown != capacity) {
+    TableMemory memory(static_cast<size_t>(grown * 8));
+    if (memory.data() == nullptr) {
+      s.reservation.Remove(index_bytes);
+      return absl::ResourceExhaustedError(
+          absl::StrCat(who, ": out of memory for an index of ", grown, " entries"));
+    }
+    uint64_t* index = reinterpret_cast<uint64_t*>(memory.data());  // zeroed
+    const uint64_t mask = static_cast<uint64_t>(grown) - 1;
+    for (int64_t i = 0; i < capacity; ++i) {
+      const uint64_t e = s.index[i];
+      if (e == 0) continue;
+      uint64_t j = EntryTag(e) & mask;
+      while (index[j] != 0) j = (j + 1) & mask;
+      index[j] = e;
+    }
+    s.reservation.Remove(capacity * 8);
+    s.index_memory = std::move(memory);
+    s.index = index;
+    s.mask = mask;
+  }
+  return absl::OkStatus();
+}
+
+char* DynamicShard::InsertAt(Stripe& s, int64_t key, uint64_t hash, uint64_t pos, uint32_t step,
+                             uint32_t count, const DynamicOpContext& ctx) {
+  uint32_t r;
+  if (!s.free_records.empty()) {
+    r = s.free_records.back();
+    s.free_records.pop_back();
+  } else {
+    r = s.next_record++;
+  }
+  char* record = Record(s, r);
+  RecordHeader* h = Header(record);
+  h->key = key;
+  h->step = step;
+  h->count = count;
+  h->generation = ctx.generation;
+  h->live = 1;
+  float* f = Floats(record);
+  InitializeFloatForKey(def_.initializer(), key, dim_, f);
+  for (int slot = 0; slot < num_slots_; ++slot) {
+    std::fill(f + (slot + 1) * dim_, f + (slot + 2) * dim_, slot_init_[slot]);
+  }
+  s.index[pos] = Entry(hash, r);
+  ++s.entries;
+  ++s.live;
+  live_.fetch_add(1, std::memory_order_relaxed);
+  return record;
+}
+
+void DynamicShard::EraseAt(Stripe& s, uint64_t pos, const DynamicOpContext& ctx) {
+  const uint32_t r = EntryRecord(s.index[pos]);
+  RecordHeader* h = Header(Record(s, r));
+  if (ctx.track_erasures) s.erased.emplace_back(h->key, ctx.generation);
+  h->live = 0;
+  s.free_records.push_back(r);
+  // Backward-shift deletion: entries after `pos` whose home is not in (i, j] move back, so every
+  // probe sequence stays unbroken without tombstones.
+  uint64_t i = pos;
+  for (uint64_t j = (i + 1) & s.mask;; j = (j + 1) & s.mask) {
+    const uint64_t e = s.index[j];
+    if (e == 0) break;
+    const uint64_t home = EntryTag(e) & s.mask;
+    const bool stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
+    if (!stays) {
+      s.index[i] = e;
+      i = j;
+    }
+  }
+  s.index[i] = 0;
+  --s.entries;
+  --s.live;
+  live_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void DynamicShard::SweepDueStripes(const DynamicOpContext& ctx) {
+  if (ttl_ == 0) return;
+  for (int i = 0; i < kStripes; ++i) {
+    absl::MutexLock lock(&stripes_[i].mu);
+    MaybeSweep(stripes_[i], ctx);
+  }
+}
+
+void DynamicShard::MaybeSweep(Stripe& s, const DynamicOpContext& ctx) {
+  if (ttl_ == 0) return;
+  const int64_t now = step_.load(std::memory_order_relaxed);
+  if (now < s.next_sweep_step) return;
+  s.next_sweep_step = now + std::max<int64_t>(1, ttl_ / 8);
+  for (uint32_t r = 0; r < s.next_record; ++r) {
+    const RecordHeader* h = Header(Record(s, r));
+    if (h->live == 0 || !Expired(h->step)) continue;
+    uint64_t pos = 0;
+    if (Probe(s, h->key, StripeHash(h->key), &pos)) {
+      EraseAt(s, pos, ctx);
+      evicted_ttl_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+}
+
+void DynamicShard::LockAll() const {
+  for (int i = 0; i < kStripes; ++i) stripes_[i].mu.Lock();
+}
+
+void DynamicShard::UnlockAll() const {
+  for (int i = kStripes - 1; i >= 0; --i) stripes_[i].mu.Unlock();
+}
+
+void DynamicShard::EvictLeastRecentlyUsed(int64_t target, const DynamicOpContext& ctx) {
+  int64_t held = 0;
+  for (int i = 0; i < kStripes; ++i) held += stripes_[i].live;
+  if (held <= target) return;
+  struct Candidate {
+    uint32_t age;  // steps since its last step (larger: less recently used)
+    uint32_t count;
+    int64_t key;
+    int stripe;
+  };
+  std::vector<Candidate> all;
+  all.reserve(static_cast<size_t>(held));
+  const uint32_t now = static_cast<uint32_t>(step_.load(std::memory_order_relaxed));
+  for (int i = 0; i < kStripes; ++i) {
+    const Stripe& s = stripes_[i];
+    for (uint32_t r = 0; r < s.next_record; ++r) {
+      const RecordHeader* h = Header(Record(s, r));
+      if (h->live != 0) all.push_back({now - h->step, h->count, h->key, i});
+    }
+  }
+  const auto first_to_go = [](const Candidate& a, const Candidate& b) {
+    if (a.age != b.age) return a.age > b.age;
+    if (a.count != b.count) return a.count < b.count;
+    return a.key < b.key;
+  };
+  const size_t evict = static_cast<size_t>(held - std::max<int64_t>(0, target));
+  std::nth_element(all.begin(), all.begin() + (evict - 1), all.end(), first_to_go);
+  for (size_t k = 0; k < evict; ++k) {
+    Stripe& s = stripes_[all[k].stripe];
+    uint64_t pos = 0;
+    if (Probe(s, all[k].key, StripeHash(all[k].key), &pos)) {
+      const bool expired = Expired(Header(Record(s, EntryRecord(s.index[pos])))->step);
+      EraseAt(s, pos, ctx);
+      (expired ? evicted_ttl_ : evicted_capacity_).fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+}
+
+// ---- Admission.
+
+uint32_t DynamicShard::SketchCount(int64_t key) const {
+  const uint64_t width = sketch_.size() / kSketchRows;
+  uint32_t least = 255;
+  for (int row = 0; row < kSketchRows; ++row) {
+    const uint64_t at = MixKey(key ^ static_cast<int64_t>(0x51afd7ed558ccd00ULL * (row + 1))) % width;
+    least = std::min<uint32_t>(least, sketch_[row * width + at]);
+  }
+  return least;
+}
+
+void DynamicShard::SketchAdd(int64_t key, uint32_t n) {
+  // Conservative update: only the counters at the key's least count grow.
+  const uint64_t width = sketch_.size() / kSketchRows;
+  const uint32_t least = SketchCount(key);
+  const uint32_t to = std::min<uint32_t>(255, least + n);
+  for (int row = 0; row < kSketchRows; ++row) {
+    const uint64_t at = MixKey(key ^ static_cast<int64_t>(0x51afd7ed558ccd00ULL * (row + 1))) % width;
+    uint8_t& c = sketch_[row * width + at];
+    if (c < to) c = static_cast<uint8_t>(to);
+  }
+}
+
+bool DynamicShard::Admits(int64_t key, uint32_t occurrences) const {
+  const DynamicTableDef& d = def_.dynamic();
+  if (sketch_.empty()) return true;  // admission off (admit_min_count 0 or 1, no probability)
+  const uint32_t before = SketchCount(key);
+  if (d.admit_min_count() > 1 && before + occurrences >= static_cast<uint32_t>(d.admit_min_count())) {
+    return true;
+  }
+  if (d.admit_probability() > 0) {
+    for (uint32_t k = 1; k <= occurrences; ++k) {
+      if (Draw(def_.initializer().seed(), static_cast<uint64_t>(key), before + k) <
+          d.admit_probability()) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+// ---- Steps and TTL.
+
+uint32_t DynamicShard::EffectiveStep(const DynamicOpContext& ctx) const {
+  return static_cast<uint32_t>(ctx.step > 0 ? ctx.step : step_.load(std::memory_order_relaxed));
+}
+
+bool DynamicShard::Expired(uint32_t record_step) const {
+  return ttl_ > 0 &&
+         static_cast<uint32_t>(static_cast<uint32_t>(step_.load(std::memory_order_relaxed)) -
+                               record_step) > static_cast<uint32_t>(ttl_);
+}
+
+int64_t DynamicShard::FullStep(uint32_t record_step) const {
+  // The step at most 2^31 away from the shard's whose low 32 bits are record_step.
+  const int64_t now = step_.load(std::memory_order_relaxed);
+  return now + static_cast<int32_t>(record_step - static_cast<uint32_t>(now));
+}
+
+void DynamicShard::AdvanceStep(int64_t step) {
+  int64_t now = step_.load(std::memory_order_relaxed);
+  while (step > now && !step_.compare_exchange_weak(now, step, std::memory_order_relaxed)) {
+  }
+}
+
+// ---- Operations.
+
+absl::Status DynamicShard::ValidateKeys(absl::string_view keys, absl::string_view what) const {
+  if (keys.size() % 8 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("dynamic table shard \"", name(), "\": ", what,
+                                                   " keys are ", keys.size(),
+                                                   " bytes, not whole int64s"));
+  }
+  const int n = def_.num_shards();
+  for (size_t i = 0; i < keys.size(); i += 8) {
+    const int64_t key = LoadKey(keys.data() + i);
+    const int owner = ShardOfKey(key, n);
+    if (owner != def_.shard_index()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "dynamic table shard \"", name(), "\": ", what, " key ", key, " (position ", i / 8,
+          ") belongs to shard ", owner, " of table \"", def_.variable(), "\"'s ", n,
+          ", not to this one (shard ", def_.shard_index(), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void DynamicShard::ForEachStripe(const std::vector<std::vector<int32_t>>& by_stripe,
+                                 ThreadPool* pool, const std::function<void(int)>& fn) const {
+  std::vector<int> busy;
+  int64_t total = 0;
+  for (int i = 0; i < kStripes; ++i) {
+    if (!by_stripe[i].empty()) busy.push_back(i);
+    total += static_cast<int64_t>(by_stripe[i].size());
+  }
+  // Small requests on this thread alone: waking a helper costs more than it saves.
+  if (total < 4096) pool = nullptr;
+  ParallelFor(pool, static_cast<int64_t>(busy.size()), [&](int64_t k) {
+    absl::MutexLock lock(&stripes_[busy[k]].mu);
+    fn(busy[k]);
+  });
+}
+
+void DynamicShard::Find(const int64_t* keys, const uint64_t* hashes,
+                        const std::vector<std::vector<int32_t>>& by_stripe, bool sighting,
+                        bool may_sweep, const DynamicOpContext& ctx, std::vector<bool>* found,
+                        char* out, ThreadPool* pool) {
+  const int64_t rb = row_bytes();
+  const uint32_t step = EffectiveStep(ctx);
+  ForEachStripe(by_stripe, pool, [&](int stripe) {
+    Stripe& s = stripes_[stripe];
+    const std::vector<int32_t>& positions = by_stripe[stripe];
+    const int64_t n = static_cast<int64_t>(positions.size());
+    if (s.index == nullptr) return;  // nothing stored yet: every key is missing
+    // Two stages of prefetch: the index entry kPrefetchAhead positions ahead, and the record of
+    // the entry at its home half as far ahead (usually the right one: the index is at most 3/4 full).
+    auto prefetch_index = [&](int64_t k) {
+      __builtin_prefetch(&s.index[Tag(hashes[positions[k]]) & s.mask]);
+    };
+    auto prefetch_record = [&](int64_t k) {
+      const uint64_t e = s.index[Tag(hashes[positions[k]]) & s.mask];
+      if (e != 0) {
+        const char* r = Record(s, EntryRecord(e));
+        __builtin_prefetch(r, 1);
+        __builtin_prefetch(r + 64, 1);
+      }
+    };
+    for (int64_t k = 0; k < std::min(n, kPrefetchAhead); ++k) prefetch_index(k);
+    for (int64_t k = 0; k < std::min(n, kPrefetchAhead / 2); ++k) prefetch_record(k);
+    for (int64_t k = 0; k < n; ++k) {
+      if (k + kPrefetchAhead < n) prefetch_index(k + kPrefetchAhead);
+      if (k + kPrefetchAhead / 2 < n) prefetch_record(k + kPrefetchAhead / 2);
+      const int32_t p = positions[k];
+      uint64_t pos = 0;
+      if (!Probe(s, keys[p], hashes[p], &pos)) continue;
+      char* record = Record(s, EntryRecord(s.index[pos]));
+      RecordHeader* h = Header(record);
+      if (Expired(h->step)) {
+        if (may_sweep) {
+          EraseAt(s, pos, ctx);
+          evicted_ttl_.fetch_add(1, std::memory_order_relaxed);
+        }
+        continue;
+      }
+      if (sighting) {
+        h->count = SaturatingAdd(h->count, 1);
+        Touch(&h->step, step);
+        h->generation = ctx.generation;
+      }
+      // Copied now, under the stripe's lock: once it is released the record may be evicted.
+      if (out != nullptr) std::memcpy(out + p * rb, Floats(record), rb);
+      (*found)[p] = true;
+    }
+  });
+}
+
+absl::Status DynamicShard::InsertMissing(const int64_t* keys, const uint64_t* hashes,
+                                         const std::vector<int32_t>& missing, bool admission,
+                                         bool sighting, const DynamicOpContext& ctx,
+                                         std::vector<char*>* records) {
+  const uint32_t step = EffectiveStep(ctx);
+  // 1. Positions still missing (another request may have stored some meanwhile), grouped by key:
+  //    each distinct key once, at its first position, with how often it occurs.
+  struct NewKey {
+    int32_t first;
+    uint32_t occurrences;
+    bool admitted;
+  };
+  std::vector<NewKey> fresh;
+  std::vector<int32_t> later;     // positions repeating a fresh key
+  std::vector<int32_t> later_of;  // ... and which
+  std::vector<int32_t> present;   // positions whose key is held now
+  {
+    std::vector<int32_t> still;
+    still.reserve(missing.size());
+    for (int32_t p : missing) {
+      Stripe& s = stripes_[StripeOf(hashes[p])];
+      uint64_t pos = 0;
+      if (Probe(s, keys[p], hashes[p], &pos)) {
+        RecordHeader* h = Header(Record(s, EntryRecord(s.index[pos])));
+        if (!Expired(h->step)) {
+          if (sighting) {
+            h->count = SaturatingAdd(h->count, 1);
+            Touch(&h->step, step);
+            h->generation = ctx.generation;
+          }
+          present.push_back(p);
+          continue;
+        }
+        EraseAt(s, pos, ctx);  // expired: stored afresh below
+        evicted_ttl_.fetch_add(1, std::memory_order_relaxed);
+      }
+      still.push_back(p);
+    }
+    std::vector<int64_t> still_keys(still.size());
+    for (size_t i = 0; i < still.size(); ++i) still_keys[i] = keys[still[i]];
+    const std::vector<RepeatFinder::Repeat>& repeats = ThreadRepeatFinder().Find(
+        reinterpret_cast<const char*>(still_keys.data()), static_cast<int64_t>(still.size()));
+    std::vector<int32_t> fresh_of(still.size(), -1);
+    auto repeat = repeats.begin();
+    for (size_t i = 0; i < still.size(); ++i) {
+      if (repeat != repeats.end() && repeat->later == static_cast<int64_t>(i)) {
+        const int32_t f = fresh_of[repeat->first];
+        ++fresh[f].occurrences;
+        fresh_of[i] = f;
+        later.push_back(still[i]);
+        later_of.push_back(f);
+        ++repeat;
+        continue;
+      }
+      fresh_of[i] = static_cast<int32_t>(fresh.size());
+      fresh.push_back({still[i], 1, true});
+    }
+  }
+
+  // 2. Which keys are stored: admission, then the capacity (the first `capacity` new keys win).
+  int64_t to_store = 0;
+  for (NewKey& k : fresh) {
+    k.admitted = !admission || Admits(keys[k.first], k.occurrences);
+    if (k.admitted && capacity_ > 0 && to_store >= capacity_) k.admitted = false;
+    if (k.admitted) ++to_store;
+  }
+  // 3. Room: evictions first (they stand even if the memory below can't be had), then memory for
+  //    every stripe, so that a failure stores nothing and counts nothing.
+  if (capacity_ > 0 && live_.load(std::memory_order_relaxed) + to_store > capacity_) {
+    EvictLeastRecentlyUsed(capacity_ - capacity_ / 16 - to_store, ctx);
+  }
+  int64_t per_stripe[kStripes] = {};
+  for (const NewKey& k : fresh) {
+    if (k.admitted) ++per_stripe[StripeOf(hashes[k.first])];
+  }
+  for (int i = 0; i < kStripes; ++i) {
+    // Memory kept by the stripes that did make room stays reserved for their next inserts.
+    RETURN_IF_ERROR(MakeRoom(stripes_[i], per_stripe[i]));
+  }
+  // 4. Store.
+  for (const NewKey& k : fresh) {
+    if (!k.admitted) {
+      if (admission) {
+        SketchAdd(keys[k.first], k.occurrences);
+        rejected_.fetch_add(k.occurrences, std::memory_order_relaxed);
+      }
+      continue;
+    }
+    Stripe& s = stripes_[StripeOf(hashes[k.first])];
+    uint64_t pos = 0;
+    Probe(s, keys[k.first], hashes[k.first], &pos);  // missing: the empty position
+    (*records)[k.first] = InsertAt(s, keys[k.first], hashes[k.first], pos, step,
+                                   sighting ? k.occurrences : 0, ctx);
+    admitted_.fetch_add(1, std::memory_order_relaxed);
+  }
+  for (size_t i = 0; i < later.size(); ++i) {
+    (*records)[later[i]] = (*records)[fresh[later_of[i]].first];
+  }
+  // Keys that were present: their records now (an eviction above may have taken one, if the
+  // capacity is so small that even keys of this step had to go: it then reads as missing).
+  for (int32_t p : present) {
+    Stripe& s = stripes_[StripeOf(hashes[p])];
+    uint64_t pos = 0;
+    if (Probe(s, keys[p], hashes[p], &pos)) (*records)[p] = Record(s, EntryRecord(s.index[pos]));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DynamicShard::Lookup(absl::string_view keys_bytes, bool insert,
+                                  const DynamicOpContext& ctx, char* out, ThreadPool* pool) {
+  const int64_t n = static_cast<int64_t>(keys_bytes.size() / 8);
+  if (insert) {
+    AdvanceStep(ctx.step);
+    SweepDueStripes(ctx);
+  }
+  std::vector<int64_t> keys(n);
+  std::memcpy(keys.data(), keys_bytes.data(), keys_bytes.size());
+  std::vector<uint64_t> hashes(n);
+  std::vector<std::vector<int32_t>> by_stripe(kStripes);
+  for (int64_t i = 0; i < n; ++i) {
+    hashes[i] = StripeHash(keys[i]);
+    by_stripe[StripeOf(hashes[i])].push_back(static_cast<int32_t>(i));
+  }
+  std::vector<bool> found(n, false);
+  Find(keys.data(), hashes.data(), by_stripe, /*sighting=*/insert, /*may_sweep=*/insert, ctx,
+       &found, out, pool);
+  std::vector<int32_t> missing;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!found[i]) missing.push_back(static_cast<int32_t>(i));
+  }
+  if (missing.empty()) return absl::OkStatus();
+  const int64_t rb = row_bytes();
+  std::vector<char*> records(n, nullptr);
+  if (insert) {
+    LockAll();
+    absl::Status inserted = InsertMissing(keys.data(), hashes.data(), missing, /*admission=*/true,
+                                          /*sighting=*/true, ctx, &records);
+    if (inserted.ok()) {
+      for (int32_t p : missing) {
+        if (records[p] != nullptr) std::memcpy(out + p * rb, Floats(records[p]), rb);
+      }
+    }
+    UnlockAll();
+    RETURN_IF_ERROR(inserted);
+  }
+  for (int32_t p : missing) {
+    if (records[p] == nullptr) std::memcpy(out + p * rb, default_row_.data(), rb);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DynamicShard::ValidateUpdate(const UpdateOpView& op) const {
+  const std::string who = absl::StrCat("dynamic table shard \"", name(), "\"");
+  if (op.kind != UpdateOp::ASSIGN && op.kind != UpdateOp::ASSIGN_ADD &&
+      op.kind != UpdateOp::APPLY_GRADIENT && op.kind != UpdateOp::ERASE) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, ": unknown update kind ", static_cast<int>(op.kind)));
+  }
+  if (!op.sparse) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, ": updates name keys; a row range is not allowed"));
+  }
+  RETURN_IF_ERROR(ValidateKeys(op.ids, UpdateOp::Kind_Name(op.kind)));
+  const int64_t n = static_cast<int64_t>(op.ids.size() / 8);
+  if (op.kind == UpdateOp::ERASE) {
+    if (op.values_bytes != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(who, ": ERASE takes no values"));
+    }
+    return absl::OkStatus();
+  }
+  if (op.dtype != DT_FLOAT32) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": values are ", DataType_Name(op.dtype),
+                                                   " but the table is float32"));
+  }
+  if (op.kind == UpdateOp::APPLY_GRADIENT && optimizer_ == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": the table has no optimizer"));
+  }
+  if (op.values_bytes != n * row_bytes()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        who, ": ", op.values_bytes, " bytes of values for ", n, " keys of ", dim_,
+        " float32 (", n * row_bytes(), " bytes); wrong width?"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DynamicShard::Update(const UpdateOpView& op, const DynamicOpContext& ctx,
+                                  ThreadPool* pool) {
+  const int64_t n = static_cast<int64_t>(op.ids.size() / 8);
+  AdvanceStep(ctx.step);
+  SweepDueStripes(ctx);
+  std::vector<int64_t> keys(n);
+  std::memcpy(keys.data(), op.ids.data(), op.ids.size());
+  std::vector<uint64_t> hashes(n);
+  std::vector<std::vector<int32_t>> by_stripe(kStripes);
+  for (int64_t i = 0; i < n; ++i) {
+    hashes[i] = StripeHash(keys[i]);
+    by_stripe[StripeOf(hashes[i])].push_back(static_cast<int32_t>(i));
+  }
+  const uint32_t step = EffectiveStep(ctx);
+
+  if (op.kind == UpdateOp::ERASE) {
+    ForEachStripe(by_stripe, /*pool=*/nullptr, [&](int stripe) {
+      Stripe& s = stripes_[stripe];
+      for (int32_t p : by_stripe[stripe]) {
+        uint64_t pos = 0;
+        if (Probe(s, keys[p], hashes[p], &pos)) {
+          EraseAt(s, pos, ctx);
+          erased_.fetch_add(1, std::memory_order_relaxed);
+        }
+      }
+    });
+    return absl::OkStatus();
+  }
+
+  const ValueRows rows(op.values, row_bytes());
+  const std::vector<const char*> src = rows.RowAddresses();
+
+  if (op.kind == UpdateOp::APPLY_GRADIENT) {
+    const StepScalars scalars = optimizer_->Prepare(apply_count_.fetch_add(1) + 1);
+    // Repeated keys are summed first (as TF's sparse apply): the optimizer sees each key once.
+    std::vector<const UnalignedFloat*> grad(n);
+    for (int64_t i = 0; i < n; ++i) grad[i] = reinterpret_cast<const UnalignedFloat*>(src[i]);
+    std::vector<float> sums;
+    const std::vector<RepeatFinder::Repeat>& repeats =
+        ThreadRepeatFinder().Find(op.ids.data(), n);
+    if (!repeats.empty()) {
+      absl::flat_hash_map<int64_t, int64_t> sum_of;  // first position -> its row in `sums`
+      for (const RepeatFinder::Repeat& r : repeats) sum_of.emplace(r.first, 0);
+      sums.resize(sum_of.size() * dim_);
+      int64_t next = 0;
+      for (auto& [first, row] : sum_of) {
+        row = next++;
+        std::memcpy(sums.data() + row * dim_, src[first], row_bytes());
+      }
+      for (const RepeatFinder::Repeat& r : repeats) {
+        float* sum = sums.data() + sum_of[r.first] * dim_;
+        for (int64_t k = 0; k < dim_; ++k) sum[k] += grad[r.later][k];
+        grad[r.later] = nullptr;
+      }
+      for (const auto& [first, row] : sum_of) grad[first] = sums.data() + row * dim_;
+    }
+    std::vector<char*> records(n, nullptr);
+    ForEachStripe(by_stripe, pool, [&](int stripe) {
+      Stripe& s = stripes_[stripe];
+      for (int32_t p : by_stripe[stripe]) {
+        if (grad[p] == nullptr) continue;
+        uint64_t pos = 0;
+        if (!Probe(s, keys[p], hashes[p], &pos) ||
+            Expired(Header(Record(s, EntryRecord(s.index[pos])))->step)) {
+          dropped_gradients_.fetch_add(1, std::memory_order_relaxed);
+          continue;
+        }
+        char* record = Record(s, EntryRecord(s.index[pos]));
+        RecordHeader* h = Header(record);
+        Touch(&h->step, step);
+        h->generation = ctx.generation;
+        float* var = Floats(record);
+        float* slot_rows[4];
+        for (int k = 0; k < num_slots_; ++k) slot_rows[k] = var + (k + 1) * dim_;
+        optimizer_->ApplyRow(var, slot_rows, grad[p], dim_, scalars);
+      }
+    });
+    return absl::OkStatus();
+  }
+
+  // ASSIGN / ASSIGN_ADD: keys not held are stored first (no admission), then written in position
+  // order (with repeated keys the last assign wins; assign-adds add up), every stripe locked.
+  LockAll();
+  std::vector<char*> records(n, nullptr);
+  std::vector<int32_t> missing;
+  for (int64_t i = 0; i < n; ++i) {
+    Stripe& s = stripes_[StripeOf(hashes[i])];
+    uint64_t pos = 0;
+    if (!Probe(s, keys[i], hashes[i], &pos) ||
+        Expired(Header(Record(s, EntryRecord(s.index[pos])))->step)) {
+      missing.push_back(static_cast<int32_t>(i));
+    }
+  }
+  absl::Status inserted = InsertMissing(keys.data(), hashes.data(), missing, /*admission=*/false,
+                                        /*sighting=*/false, ctx, &records);
+  if (inserted.ok()) {
+    for (int64_t i = 0; i < n; ++i) {
+      // Every key's record now (inserting may have evicted keys to make room).
+      Stripe& s = stripes_[StripeOf(hashes[i])];
+      uint64_t pos = 0;
+      records[i] = Probe(s, keys[i], hashes[i], &pos) ? Record(s, EntryRecord(s.index[pos])) : nullptr;
+      if (records[i] == nullptr) continue;  // a capacity smaller than the keys assigned
+      RecordHeader* h = Header(records[i]);
+      Touch(&h->step, step);
+      h->generation = ctx.generation;
+      float* row = Floats(records[i]);
+      const UnalignedFloat* v = reinterpret_cast<const UnalignedFloat*>(src[i]);
+      if (op.kind == UpdateOp::ASSIGN) {
+        for (int64_t k = 0; k < dim_; ++k) row[k] = v[k];
+      } else {
+        for (int64_t k = 0; k < dim_; ++k) row[k] += v[k];
+      }
+    }
+  }
+  UnlockAll();
+  return inserted;
+}
+
+absl::Status DynamicShard::Export(absl::string_view cursor, int64_t max_keys, bool with_slots,
+                                  ExportResponse* response) const {
+  int stripe = 0;
+  uint32_t record = 0;
+  if (!cursor.empty()) {
+    uint64_t v = 0;
+    if (cursor.size() != sizeof(v)) {
+      return absl::InvalidArgumentError(absl::StrCat("export of \"", name(), "\": a cursor of ",
+                                                     cursor.size(), " bytes (not from Export)"));
+    }
+    std::memcpy(&v, cursor.data(), sizeof(v));
+    stripe = static_cast<int>(v >> 32);
+    record = static_cast<uint32_t>(v);
+    if (stripe >= kStripes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("export of \"", name(), "\": a malformed cursor (stripe ", stripe, ")"));
+    }
+  }
+  if (max_keys <= 0) max_keys = kDefaultExportKeys;
+  int64_t emitted = 0;
+  const int64_t rb = row_bytes();
+  for (; stripe < kStripes; ++stripe, record = 0) {
+    const Stripe& s = stripes_[stripe];
+    absl::MutexLock lock(&s.mu);
+    for (; record < s.next_record; ++record) {
+      if (emitted == max_keys) {
+        response->set_next_cursor(EncodeCursor(stripe, record));
+        return absl::OkStatus();
+      }
+      const char* r = Record(s, record);
+      const RecordHeader* h = Header(r);
+      if (h->live == 0 || Expired(h->step)) continue;
+      response->mutable_keys()->append(reinterpret_cast<const char*>(&h->key), 8);
+      response->mutable_values()->append(reinterpret_cast<const char*>(Floats(r)), rb);
+      if (with_slots) {
+        response->mutable_slots()->append(reinterpret_cast<const char*>(Floats(r) + dim_),
+                                          rb * num_slots_);
+      }
+      response->mutable_counts()->append(reinterpret_cast<const char*>(&h->count), 4);
+      const int64_t full_step = FullStep(h->step);
+      response->mutable_steps()->append(reinterpret_cast<const char*>(&full_step), 8);
+      ++emitted;
+    }
+  }
+  response->clear_next_cursor();
+  return absl::OkStatus();
+}
+
+int64_t DynamicShard::Size() const {
+  if (ttl_ == 0) return live_.load(std::memory_order_relaxed);
+  int64_t held = 0;
+  for (int i = 0; i < kStripes; ++i) {
+    const Stripe& s = stripes_[i];
+    absl::MutexLock lock(&s.mu);
+    for (uint32_t r = 0; r < s.next_record; ++r) {
+      const RecordHeader* h = Header(Record(s, r));
+      if (h->live != 0 && !Expired(h->step)) ++held;
+    }
+  }
+  return held;
+}
+
+int64_t DynamicShard::BytesHeld() const {
+  int64_t bytes = sketch_reservation_.bytes();
+  for (int i = 0; i < kStripes; ++i) {
+    const Stripe& s = stripes_[i];
+    absl::MutexLock lock(&s.mu);
+    bytes += s.reservation.bytes() +
+             static_cast<int64_t>(s.erased.capacity() * sizeof(s.erased[0]) +
+                                  s.free_records.capacity() * sizeof(uint32_t));
+  }
+  return bytes;
+}
+
+DynamicShardStats DynamicShard::Stats() const {
+  DynamicShardStats stats;
+  stats.set_shard(name());
+  stats.set_keys(Size());
+  stats.set_bytes(BytesHeld());
+  stats.set_admitted(admitted_.load());
+  stats.set_rejected(rejected_.load());
+  stats.set_evicted_ttl(evicted_ttl_.load());
+  stats.set_evicted_capacity(evicted_capacity_.load());
+  stats.set_erased(erased_.load());
+  stats.set_dropped_gradients(dropped_gradients_.load());
+  stats.set_step(step_.load());
+  return stats;
+}
+
+// ---- Checkpoints.
+
+void DynamicShard::ForEachRecord(uint32_t since,
+                                 const std::function<void(const DynamicRecordView&)>& fn) const {
+  for (int i = 0; i < kStripes; ++i) {
+    const Stripe& s = stripes_[i];
+    absl::MutexLock lock(&s.mu);
+    for (uint32_t r = 0; r < s.next_record; ++r) {
+      const char* record = Record(s, r);
+      const RecordHeader* h = Header(record);
+      if (h->live == 0 || Expired(h->step) || (since > 0 && h->generation <= since)) continue;
+      DynamicRecordView view;
+      view.key = h->key;
+      view.step = FullStep(h->step);
+      view.count = h->count;
+      view.generation = h->generation;
+      view.data = Floats(record);
+      fn(view);
+    }
+  }
+}
+
+std::vector<int64_t> DynamicShard::ErasedSince(uint32_t since) const {
+  std::vector<int64_t> keys;
+  for (int i = 0; i < kStripes; ++i) {
+    const Stripe& s = stripes_[i];
+    absl::MutexLock lock(&s.mu);
+    for (const auto& [key, generation] : s.erased) {
+      if (generation <= since) continue;
+      uint64_t pos = 0;
+      if (Probe(s, key, StripeHash(key), &pos)) continue;  // stored again since
+      keys.push_back(key);
+    }
+  }
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  return keys;
+}
+
+void DynamicShard::ForgetErasuresThrough(uint32_t through) {
+  for (int i = 0; i < kStripes; ++i) {
+    Stripe& s = stripes_[i];
+    absl::MutexLock lock(&s.mu);
+    s.erased.erase(std::remove_if(s.erased.begin(), s.erased.end(),
+                                  [through](const std::pair<int64_t, uint32_t>& e) {
+                                    return e.second <= through;
+                                  }),
+                   s.erased.end());
+  }
+}
+
+absl::Status DynamicShard::PutRecord(const DynamicRecord& record) {
+  if (static_cast<int64_t>(record.data.size()) != record_floats()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dynamic table shard \"", name(), "\": a saved record of key ", record.key, " has ",
+        record.data.size(), " floats, expected ", record_floats()));
+  }
+  if (ShardOfKey(record.key, def_.num_shards()) != def_.shard_index()) {
+    return absl::InvalidArgumentError(absl::StrCat("dynamic table shard \"", name(), "\": key ",
+                                                   record.key, " is not this shard's"));
+  }
+  AdvanceStep(record.step);
+  const uint64_t hash = StripeHash(record.key);
+  Stripe& s = stripes_[StripeOf(hash)];
+  absl::MutexLock lock(&s.mu);
+  uint64_t pos = 0;
+  char* r = nullptr;
+  if (Probe(s, record.key, hash, &pos)) {
+    r = Record(s, EntryRecord(s.index[pos]));
+  } else {
+    RETURN_IF_ERROR(MakeRoom(s, 1));
+    Probe(s, record.key, hash, &pos);
+    r = InsertAt(s, record.key, hash, pos, 0, 0, DynamicOpContext());
+  }
+  RecordHeader* h = Header(r);
+  h->step = static_cast<uint32_t>(record.step);
+  h->count = record.count;
+  h->generation = 0;  // restored: older than any save that follows
+  std::memcpy(Floats(r), record.data.data(), record.data.size() * sizeof(float));
+  return absl::OkStatus();
+}
+
+void DynamicShard::EraseKey(int64_t key) {
+  const uint64_t hash = StripeHash(key);
+  Stripe& s = stripes_[StripeOf(hash)];
+  absl::MutexLock lock(&s.mu);
+  uint64_t pos = 0;
+  if (Probe(s, key, hash, &pos)) EraseAt(s, pos, DynamicOpContext());
+}
+
+}  // namespace pstrain

@@ -1,0 +1,246 @@
+// One shard of a dynamic table on a ps: rows keyed by int64, each key's record made when the key
+// first appears.
+//
+// A key's record holds, in one allocation, a 24-byte header (key, last step, count, generation),
+// its row (dim floats) and every optimizer slot's row: a key is present with all of them or not at
+// all, so a checkpoint or an export can never see a row without its slots. Records live in blocks
+// that never move (a record keeps its place while its key lives); an index (open addressing,
+// linear probing, 8 bytes per entry: 32 bits of the key's hash and the record's number, at most 3/4
+// full) finds them. The shard is split into kStripes stripes by the key's hash, each with its own
+// index, blocks and lock.
+//
+// Semantics (TF Recommenders-Addons / DeepRec's EmbeddingVariable, made exact):
+//   - Training lookup (insert): a key not held is stored with its initial row, drawn from (the
+//     initializer's seed, the key) and so the same however the table is sharded or restored, and
+//     slots at the optimizer's initial values. Each occurrence counts one sighting (`count`) and
+//     moves the key's last step up to the request's step (never back: async workers' steps arrive
+//     out of order).
+//   - Evaluation lookup: never changes the table; a key not held reads the default row (every float
+//     DynamicTableDef.default_value).
+//   - Admission (admit_min_count / admit_probability; off when both are 0): a key is stored only
+//     once a training lookup sees it and either its sightings so far (this one included), as
+//     counted by a count-min sketch of admission_sketch_bytes (4 rows of 8-bit saturating counters,
+//     conservative update), reach admit_min_count, or a draw made at this sighting from (seed,
+//     key, sighting) falls under admit_probability. The sketch may overcount a key (collisions),
+//     never undercount. Until then the key reads the default row and its gradients are dropped.
+//   - TTL (ttl_steps > 0): the shard's step is the largest step of any request it got. A key whose
+//     last step is more than ttl_steps behind it is expired: it is never read, updated, exported,
+//     saved or counted again (a training lookup stores it afresh), and its memory is freed by the
+//     first training lookup or update at least max(1, ttl_steps / 8) steps after the last sweep.
+//   - Capacity (max_rows, or max_bytes / (record bytes + 16 bytes of index), split evenly over the
+//     table's shards): an insert that would take the shard past its capacity first evicts the
+//     shard's least recently used keys: the smallest last step first; among equal steps, fewer
+//     sightings first, then the smaller key. It evicts until the shard holds at most capacity -
+//     capacity/16 - (keys being inserted) keys, so that evictions come in batches. Keys the same
+//     request inserts are never evicted by it; a request that would insert more keys than the
+//     capacity inserts the first `capacity` of them (by position) and reads the others as default.
+//   - Memory: every allocation is reserved in the ps's MemoryBudget first; a growth past it fails
+//     with kResourceExhausted naming the table and the bytes, and the failing op changes nothing.
+//
+// Thread-safe. Finds and updates of existing keys lock one stripe at a time; inserting keys locks
+// every stripe of the shard (in order) for the insert's duration, which is where evictions happen.
+// Incremental checkpoints: every change stamps the key's record with the ps's current generation;
+// erased and evicted keys are remembered with theirs while erasures are tracked.
+#ifndef PSTRAIN_PS_DYNAMIC_SHARD_H_
+#define PSTRAIN_PS_DYNAMIC_SHARD_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "common/thread_pool.h"
+#include "proto/ps_service.pb.h"
+#include "ps/memory_budget.h"
+#include "ps/optimizers.h"
+#include "ps/update_view.h"
+
+namespace pstrain {
+
+// What the store tells a shard about the request an operation belongs to.
+struct DynamicOpContext {
+  int64_t step = 0;             // the request's global step (0: none given)
+  uint32_t generation = 1;      // the ps's current save generation: stamps every change
+  bool track_erasures = false;  // remember erased and evicted keys (for incremental saves)
+};
+
+// One record as a checkpoint or an export sees it. `data` is the row then each slot's row (dim
+// floats each); valid while the shard is not changed.
+struct DynamicRecordView {
+  int64_t key = 0;
+  int64_t step = 0;       // the last global step that touched it
+  uint32_t count = 0;     // training-lookup sightings
+  uint32_t generation = 0;
+  const float* data = nullptr;
+};
+
+// A record to put back (restore): the same fields, owned.
+struct DynamicRecord {
+  int64_t key = 0;
+  int64_t step = 0;
+  uint32_t count = 0;
+  std::vector<float> data;  // dim * (1 + slots)
+};
+
+class DynamicShard {
+ public:
+  static constexpr int kStripes = 8;
+  static constexpr int kHeaderBytes = 24;
+
+  // Validates `def` (dynamic set, dim > 0, float32, the admission and eviction parameters) and
+  // reserves the admission sketch. Errors: kInvalidArgument naming the shard and the field;
+  // kResourceExhausted (the budget).
+  static absl::StatusOr<std::unique_ptr<DynamicShard>> Create(const VariableShardDef& def,
+                                                              MemoryBudget* budget);
+  ~DynamicShard();
+  DynamicShard(const DynamicShard&) = delete;
+  DynamicShard& operator=(const DynamicShard&) = delete;
+
+  const VariableShardDef& def() const { return def_; }
+  const std::string& name() const { return def_.name(); }
+  int64_t dim() const { return dim_; }
+  int64_t row_bytes() const { return dim_ * 4; }
+  int num_slots() const { return num_slots_; }
+  const Optimizer* optimizer() const { return optimizer_.get(); }
+  // Floats per record: the row and each slot's row.
+  int64_t record_floats() const { return dim_ * (1 + num_slots_); }
+  // Bytes of one record (header, row, slots; a multiple of 8).
+  int64_t record_bytes() const { return record_bytes_; }
+  // The shard's capacity in keys (0: none).
+  int64_t capacity() const { return capacity_; }
+
+  // Errors: kInvalidArgument naming the shard: keys not whole int64s, a key that routes to another
+  // shard of the table (naming it and both shards).
+  absl::Status ValidateKeys(absl::string_view keys, absl::string_view what) const;
+  // Rows for `keys` (validated), keys.size() / 8 * row_bytes() bytes into `out`. With `insert`, a
+  // training lookup (see above). Errors: kResourceExhausted (an insert past the budget: nothing is
+  // inserted, nothing counted).
+  absl::Status Lookup(absl::string_view keys, bool insert, const DynamicOpContext& ctx, char* out,
+                      ThreadPool* pool);
+
+  // Errors: kInvalidArgument naming the shard (a range instead of keys, values that are not one
+  // row per key, float32 only, gradients without an optimizer, ERASE with values), and those of
+  // ValidateKeys.
+  absl::Status ValidateUpdate(const UpdateOpView& op) const;
+  // Applies a validated op. Errors: kResourceExhausted (an assign that inserts past the budget;
+  // nothing changes).
+  absl::Status Update(const UpdateOpView& op, const DynamicOpContext& ctx, ThreadPool* pool);
+
+  // Up to `max_keys` keys from `cursor` (see ExportRequest). Errors: kInvalidArgument (a malformed
+  // cursor).
+  absl::Status Export(absl::string_view cursor, int64_t max_keys, bool with_slots,
+                      ExportResponse* response) const;
+
+  DynamicShardStats Stats() const;
+  // Keys held (expired keys not counted).
+  int64_t Size() const;
+  // Bytes held: records' blocks, indexes, tombstones, the sketch.
+  int64_t BytesHeld() const;
+  // Gradients applied so far (Adam's t).
+  int64_t apply_count() const { return apply_count_.load(); }
+  void set_apply_count(int64_t n) { apply_count_.store(n); }
+
+  // ---- Checkpoints. The caller keeps the shard from changing (the store's update gate) while
+  // these run; readers (exports, stats) may run beside them.
+  // Calls fn for every live, unexpired record changed after generation `since` (0: all).
+  void ForEachRecord(uint32_t since, const std::function<void(const DynamicRecordView&)>& fn) const;
+  // Keys erased or evicted after generation `since` and not stored again since, as tracked.
+  std::vector<int64_t> ErasedSince(uint32_t since) const;
+  // Forgets tracked erasures of generation `through` or earlier (no later delta needs them).
+  void ForgetErasuresThrough(uint32_t through);
+  // A restore fills a fresh shard, which no one else sees yet: stores `record` (replacing the key's
+  // record if held), or erases a key. Errors: kInvalidArgument (a record of the wrong size, a key
+  // of another shard), kResourceExhausted.
+  absl::Status PutRecord(const DynamicRecord& record);
+  void EraseKey(int64_t key);
+  // The shard's step (restores set it from the saved records: the largest last step).
+  int64_t step() const { return step_.load(); }
+  void AdvanceStep(int64_t step);
+
+ private:
+  struct Stripe;
+  explicit DynamicShard(VariableShardDef def);
+
+  // ---- One stripe, its lock held (or every stripe's, where said).
+  char* Record(const Stripe& s, uint32_t r) const;
+  // Finds `key` (`hash` = its StripeHash): true and its index position, or false and the empty
+  // position where it would go.
+  bool Probe(const Stripe& s, int64_t key, uint64_t hash, uint64_t* pos) const;
+  // Makes room for `new_keys` more keys in `s` (blocks and index), reserving their memory.
+  // Errors: kResourceExhausted, with nothing changed.
+  absl::Status MakeRoom(Stripe& s, int64_t new_keys);
+  // Stores `key` at the empty index position `pos` (room made first) with its initial row and
+  // slots. Returns its record.
+  char* InsertAt(Stripe& s, int64_t key, uint64_t hash, uint64_t pos, uint32_t step,
+                 uint32_t count, const DynamicOpContext& ctx);
+  // Removes the key at index position `pos`.
+  void EraseAt(Stripe& s, uint64_t pos, const DynamicOpContext& ctx);
+  // Erases the stripe's expired keys, if a sweep is due.
+  void MaybeSweep(Stripe& s, const DynamicOpContext& ctx);
+  // MaybeSweep on every stripe, each under its lock (training lookups and updates, at their start).
+  void SweepDueStripes(const DynamicOpContext& ctx);
+  // Every stripe locked: evicts least recently used keys until at most `target` are held.
+  void EvictLeastRecentlyUsed(int64_t target, const DynamicOpContext& ctx);
+  // The admission sketch (every stripe locked).
+  uint32_t SketchCount(int64_t key) const;
+  void SketchAdd(int64_t key, uint32_t n);
+  // Whether a key seen `occurrences` more times is admitted now (the sketch is not changed).
+  bool Admits(int64_t key, uint32_t occurrences) const;
+
+  // Runs fn(stripe index) for each stripe with positions in by_stripe, each under its lock, over
+  // `pool`.
+  void ForEachStripe(const std::vector<std::vector<int32_t>>& by_stripe, ThreadPool* pool,
+                     const std::function<void(int)>& fn) const;
+  // The request's effective step: its own, or the shard's when it gave none.
+  uint32_t EffectiveStep(const DynamicOpContext& ctx) const;
+  bool Expired(uint32_t record_step) const;
+  int64_t FullStep(uint32_t record_step) const;
+  // Finds every key, copying its row to `out` (if not null) under its stripe's lock; for training
+  // lookups counts each found key's sighting. found[p]: the key at p is held (and unexpired).
+  void Find(const int64_t* keys, const uint64_t* hashes,
+            const std::vector<std::vector<int32_t>>& by_stripe, bool sighting, bool may_sweep,
+            const DynamicOpContext& ctx, std::vector<bool>* found, char* out, ThreadPool* pool);
+  // With every stripe locked: stores the keys at `missing` that are still missing, subject to
+  // admission if `admission`, and counts sightings; records[p] is then the record of every
+  // position of `missing` whose key is held (valid while the stripes stay locked).
+  // Errors: kResourceExhausted, nothing stored.
+  absl::Status InsertMissing(const int64_t* keys, const uint64_t* hashes,
+                             const std::vector<int32_t>& missing, bool admission,
+                             bool sighting, const DynamicOpContext& ctx,
+                             std::vector<char*>* records);
+  void LockAll() const;
+  void UnlockAll() const;
+
+  VariableShardDef def_;
+  int64_t dim_ = 0;
+  int num_slots_ = 0;
+  int64_t record_bytes_ = 0;
+  int max_block_shift_ = 0;
+  int64_t capacity_ = 0;
+  int64_t ttl_ = 0;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::vector<float> slot_init_;  // per slot
+  std::vector<float> default_row_;
+
+  std::unique_ptr<Stripe[]> stripes_;
+  // The admission sketch (empty when admission is off); changed only with every stripe locked.
+  std::vector<uint8_t> sketch_;
+  BudgetReservation sketch_reservation_;
+
+  std::atomic<int64_t> step_{0};
+  std::atomic<int64_t> live_{0};
+  std::atomic<int64_t> apply_count_{0};
+  // Stats.
+  std::atomic<int64_t> admitted_{0}, rejected_{0}, evicted_ttl_{0}, evicted_capacity_{0},
+      erased_{0}, dropped_gradients_{0};
+};
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_PS_DYNAMIC_SHARD_H_

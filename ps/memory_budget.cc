@@ -1,0 +1,20 @@
+#include "ps/memory_budget.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace pstrain {
+
+absl::Status MemoryBudget::Reserve(int64_t bytes, absl::string_view what) {
+  if (bytes <= 0) return absl::OkStatus();
+  int64_t used = used_.load(std::memory_order_relaxed);
+  do {
+    if (limit_ > 0 && (bytes > limit_ || used > limit_ - bytes)) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          what, ": ", bytes, " more bytes would pass this ps's memory budget of ", limit_,
+          " bytes (", used, " in use)"));
+    }
+  } while (!used_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
+  return absl::OkStatus();
+}
+
+}  // namespace pstrain
