@@ -44,6 +44,11 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint chunk_bytes must be at least 1, got ", options.chunk_bytes));
   }
+  if (options.full_every < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoints per chain (full_every) must be at least 1, got ",
+                     options.full_every));
+  }
   if (variables == nullptr || ps.empty()) {
     return absl::InvalidArgumentError("checkpoints need the ps tasks and the variable creator");
   }
@@ -82,13 +87,18 @@ absl::StatusOr<std::string> CheckpointManager::Save(
   if (ec) return absl::InternalError(absl::StrCat("creating ", path, ": ", ec.message()));
   RETURN_IF_ERROR(Fault("start"));
 
-  // Every ps writes its own database, all at once.
+  // Every ps writes its own database, all at once: in full, or (incremental, extending a chain)
+  // the dynamic tables' changes since the chain's last checkpoint.
   const int n = static_cast<int>(ps_.size());
+  const bool delta = options_.incremental && chain_.valid && chain_.length < options_.full_every &&
+                     static_cast<int>(chain_.generations.size()) == n;
   std::vector<SaveShardsRequest> requests(n);
   std::vector<SaveShardsResponse> responses(n);
   for (int i = 0; i < n; ++i) {
     requests[i].set_db_path(absl::StrCat(path, "/", PsDbName(i)));
     requests[i].set_chunk_bytes(options_.chunk_bytes);
+    if (delta) requests[i].set_delta_since_generation(chain_.generations[i]);
+    requests[i].set_track_erasures(options_.incremental);
   }
   RETURN_IF_ERROR(About(path, CallAll(n, [&](int i, PsClient::Done done) {
     ps_[i]->SaveShardsAsync(&requests[i], &responses[i], std::move(done));
@@ -113,6 +123,12 @@ absl::StatusOr<std::string> CheckpointManager::Save(
   manifest.set_step(step);
   manifest.set_created_unix_micros(absl::ToUnixMicros(absl::Now()));
   manifest.set_num_ps(n);
+  manifest.set_incremental(options_.incremental);
+  if (delta) {
+    manifest.set_base(chain_.last);
+    manifest.set_delta_index(chain_.length);
+  }
+  for (int i = 0; i < n; ++i) manifest.add_ps_generation(responses[i].generation());
   for (const auto& [key, value] : state) (*manifest.mutable_state())[key] = value;
   std::map<std::string, SavedVariable> by_name;
   for (int i = 0; i < n; ++i) {
@@ -124,6 +140,10 @@ absl::StatusOr<std::string> CheckpointManager::Save(
         *v.mutable_full_shape() = def.full_shape();
         v.set_dtype(def.dtype());
         *v.mutable_initializer() = def.initializer();
+        if (def.has_dynamic()) {
+          *v.mutable_dynamic() = def.dynamic();
+          v.set_num_shards(def.num_shards());
+        }
         if (def.has_optimizer()) {
           *v.mutable_optimizer() = def.optimizer();
           ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> opt, Optimizer::Create(def.optimizer()));
@@ -138,23 +158,35 @@ absl::StatusOr<std::string> CheckpointManager::Save(
       info->set_num_rows(def.num_rows());
       info->set_apply_count(s.apply_count());
       info->set_bytes(s.bytes());
+      info->set_keys(s.keys());
+      info->set_erased_keys(s.erased_keys());
+      info->set_shard_index(def.shard_index());
       manifest.set_total_bytes(manifest.total_bytes() + s.bytes());
     }
   }
   for (auto& [name, v] : by_name) {
     std::sort(v.mutable_shards()->begin(), v.mutable_shards()->end(),
               [](const SavedShardInfo& a, const SavedShardInfo& b) {
-                return a.row_offset() < b.row_offset();
+                return a.row_offset() != b.row_offset() ? a.row_offset() < b.row_offset()
+                                                        : a.shard_index() < b.shard_index();
               });
     *manifest.add_variables() = std::move(v);
   }
   RETURN_IF_ERROR(Fault("before_manifest"));
   RETURN_IF_ERROR(
       WriteManifest(path, manifest, [this] { return Fault("before_manifest_rename"); }));
+  // The chain goes on from here (a failed save above leaves it at the last complete checkpoint).
+  chain_.valid = true;
+  chain_.last = std::filesystem::path(path).filename().string();
+  chain_.generations.assign(manifest.ps_generation().begin(), manifest.ps_generation().end());
+  chain_.length = delta ? chain_.length + 1 : 1;
   RETURN_IF_ERROR(Fault("after_manifest"));
 
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  LOG(INFO) << "saved checkpoint at step " << step << " to " << path << " ("
+  LOG(INFO) << "saved " << (delta ? absl::StrCat("delta ", manifest.delta_index(), " on ",
+                                                  manifest.base(), " ")
+                                 : std::string(options_.incremental ? "full " : ""))
+            << "checkpoint at step " << step << " to " << path << " ("
             << manifest.variables_size() << " variables, " << manifest.total_bytes() / 1e6
             << " MB in " << seconds << " s, "
             << (seconds > 0 ? manifest.total_bytes() / 1e6 / seconds : 0) << " MB/s)";
@@ -168,17 +200,34 @@ void CheckpointManager::CollectGarbage() {
     LOG(WARNING) << "not deleting old checkpoints: " << all.status().message();
     return;
   }
-  int complete = 0;
+  // Each complete checkpoint's base (incremental chains), by directory name.
+  std::map<std::string, std::string> base_of;
+  std::vector<const CheckpointEntry*> complete;
   int64_t newest_complete = -1;
   for (const CheckpointEntry& e : *all) {
-    if (e.complete) {
-      ++complete;
-      newest_complete = std::max(newest_complete, e.step);
+    if (!e.complete) continue;
+    absl::StatusOr<CheckpointManifest> m = ReadManifest(e.path);
+    if (!m.ok()) continue;  // unreadable: left alone (a restore of it says why)
+    complete.push_back(&e);
+    base_of[std::filesystem::path(e.path).filename().string()] = m->base();
+    newest_complete = std::max(newest_complete, e.step);
+  }
+  // The newest `keep` complete checkpoints and every base they stand on.
+  std::set<std::string> kept;
+  for (size_t i = complete.size() > static_cast<size_t>(options_.keep)
+                      ? complete.size() - options_.keep
+                      : 0;
+       i < complete.size(); ++i) {
+    std::string name = std::filesystem::path(complete[i]->path).filename().string();
+    while (!name.empty() && kept.insert(name).second) {
+      auto it = base_of.find(name);
+      name = it == base_of.end() ? std::string() : it->second;
     }
   }
-  int to_drop = complete - options_.keep;
   for (const CheckpointEntry& e : *all) {
-    const bool drop = e.complete ? to_drop-- > 0 : e.step < newest_complete;
+    const std::string name = std::filesystem::path(e.path).filename().string();
+    const bool drop = e.complete ? (base_of.count(name) && !kept.count(name))
+                                 : e.step < newest_complete;
     if (!drop) continue;
     std::error_code ec;
     // The manifest goes first: a half-deleted checkpoint is then an incomplete one, never a
@@ -220,6 +269,34 @@ absl::StatusOr<std::optional<RestoredCheckpoint>> CheckpointManager::RestoreLate
 absl::StatusOr<RestoredCheckpoint> CheckpointManager::RestoreShards(
     const std::string& path, const RestoreOptions& options, std::optional<int> only_ps) {
   ASSIGN_OR_RETURN(CheckpointManifest manifest, ReadManifest(path));
+  // Whatever happens below, the next save starts a new chain: the ps tasks' state is no longer
+  // the chain's (restored, or a ps restarted).
+  chain_.valid = false;
+  // The chain this checkpoint ends: its full checkpoint first.
+  std::vector<std::pair<std::string, CheckpointManifest>> chain;
+  {
+    std::string at = path;
+    CheckpointManifest m = manifest;
+    for (;;) {
+      const std::string base = m.base();
+      const int64_t step = m.step();
+      chain.emplace_back(at, std::move(m));
+      if (base.empty()) break;
+      const std::string base_path = (std::filesystem::path(at).parent_path() / base).string();
+      absl::StatusOr<CheckpointManifest> b = ReadManifest(base_path);
+      if (!b.ok()) {
+        return absl::DataLossError(absl::StrCat("checkpoint ", at, " is a delta on ", base_path,
+                                                ", which can't be read: ", b.status().message()));
+      }
+      if (b->step() >= step) {
+        return absl::DataLossError(absl::StrCat("checkpoint ", at, ": its base ", base_path,
+                                                " is not older (step ", b->step(), ")"));
+      }
+      at = base_path;
+      m = *std::move(b);
+    }
+    std::reverse(chain.begin(), chain.end());
+  }
   std::map<std::string, const SavedVariable*> saved;
   for (const SavedVariable& v : manifest.variables()) saved[v.name()] = &v;
 
@@ -250,6 +327,12 @@ absl::StatusOr<RestoredCheckpoint> CheckpointManager::RestoreShards(
           " ", DataType_Name(v.dtype()), " but is now ", ShapeText(def.full_shape()), " ",
           DataType_Name(def.dtype())));
     }
+    if (v.has_dynamic() != def.has_dynamic()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint ", path, ": \"", name, "\" was saved as a ",
+          v.has_dynamic() ? "dynamic table" : "fixed variable", " but is now a ",
+          def.has_dynamic() ? "dynamic table" : "fixed variable"));
+    }
     if (v.has_optimizer() != def.has_optimizer() ||
         (v.has_optimizer() && v.optimizer().kind() != def.optimizer().kind())) {
       auto opt_name = [](bool has, const OptimizerDef& o) {
@@ -265,6 +348,23 @@ absl::StatusOr<RestoredCheckpoint> CheckpointManager::RestoreShards(
       if (only_ps.has_value() && p.ps != *only_ps) continue;
       RestoreShardOp* op = requests[p.ps].add_ops();
       op->set_shard(p.def.name());
+      if (def.has_dynamic()) {
+        // Every database of the table, the chain's full checkpoint first: each ps reads the keys
+        // that route to its shard, whatever the partitioning they were saved under.
+        for (const auto& [at, m] : chain) {
+          std::set<std::string> dbs;
+          for (const SavedVariable& sv : m.variables()) {
+            if (sv.name() != name) continue;
+            for (const SavedShardInfo& s : sv.shards()) {
+              if (!dbs.insert(s.db()).second) continue;
+              CheckpointSource* src = op->add_sources();
+              src->set_db_path(absl::StrCat(at, "/", s.db()));
+              src->set_apply_count(s.apply_count());
+            }
+          }
+        }
+        continue;
+      }
       const int64_t begin = p.def.row_offset();
       const int64_t end = begin + p.def.num_rows();
       for (const SavedShardInfo& s : v.shards()) {

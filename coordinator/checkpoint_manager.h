@@ -8,7 +8,8 @@
 //
 // Atomicity: the manifest is written last (atomically); a save that dies at any point leaves the
 // previous checkpoint as the latest complete one. Older checkpoints are deleted only after a newer
-// one is complete.
+// one is complete, and only whole chains of incremental checkpoints: a checkpoint is kept while it
+// is one of the newest `keep` or the base of one kept.
 //
 // Restore works into any partitioning: each current shard is filled from the saved shards that
 // overlap its rows, whatever their number or ps tasks. It is two-phase (stage on every ps, then
@@ -42,6 +43,13 @@ struct CheckpointOptions {
   int keep = 3;
   // Bytes of rows per RocksDB value. Default 4 MiB.
   int64_t chunk_bytes = int64_t{4} << 20;
+  // Incremental checkpoints: each save after a full one holds, of every dynamic table, only the
+  // keys changed or erased since the previous save (fixed variables are saved whole every time);
+  // every `full_every`-th save is full again, starting a new chain. A restore reads a chain's full
+  // checkpoint and its deltas in order. Default false: every save is full.
+  bool incremental = false;
+  // Checkpoints per chain (the full one and its deltas). Default 10.
+  int full_every = 10;
   // Tests only: called at named points of Save() ("start", "after_ps_write", "before_manifest",
   // "before_manifest_rename", "after_manifest"); an error stops the save there, as a crash would.
   std::function<absl::Status(absl::string_view point)> fault_hook;
@@ -76,10 +84,12 @@ class CheckpointManager {
   // recovered), and the fault hook's.
   absl::StatusOr<std::string> Save(int64_t step, const std::map<std::string, std::string>& state);
 
-  // Restores the checkpoint at `path` into every variable created so far.
+  // Restores the checkpoint at `path` into every variable and dynamic table created so far (a delta
+  // with its chain; each table's keys re-routed to however many shards it has now).
   // Errors: kNotFound (no checkpoint there; or a variable missing from it, naming them all, unless
   // skip_missing), kInvalidArgument (a variable saved with another shape, dtype or optimizer, naming
-  // it), kDataLoss (corrupt or truncated files, naming them). Nothing changes on error.
+  // it), kDataLoss (corrupt or truncated files, a missing base of a delta, naming them). Nothing
+  // changes on error.
   absl::StatusOr<RestoredCheckpoint> Restore(const std::string& path,
                                              const RestoreOptions& options = {});
   // Restores the latest complete checkpoint; nullopt if there is none yet.
@@ -104,12 +114,22 @@ class CheckpointManager {
   absl::StatusOr<RestoredCheckpoint> RestoreShards(const std::string& path,
                                                    const RestoreOptions& options,
                                                    std::optional<int> only_ps);
-  // Deletes checkpoints beyond `keep` and incomplete saves older than the newest complete one.
+  // Deletes checkpoints beyond `keep` (whole chains only) and incomplete saves older than the
+  // newest complete one.
   void CollectGarbage();
 
   const CheckpointOptions options_;
   const std::vector<PsClient*> ps_;
   VariableCreator* const variables_;
+  // The chain the next incremental save extends: its last checkpoint, and the generation each ps
+  // covered in it. Invalid at first and after any restore (the next save is then full).
+  struct Chain {
+    bool valid = false;
+    std::string last;                   // the last checkpoint's directory name
+    std::vector<uint32_t> generations;  // per ps
+    int length = 0;                     // checkpoints in the chain
+  };
+  Chain chain_;
 };
 
 }  // namespace pstrain

@@ -46,6 +46,10 @@ absl::StatusOr<ShardedVariable> VariableCreator::Create(const VariableSpec& spec
     return absl::AlreadyExistsError(
         absl::StrCat("variable \"", spec.name, "\" already exists with a different spec"));
   }
+  if (tables_.count(spec.name)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("\"", spec.name, "\" already names a dynamic table"));
+  }
   absl::StatusOr<std::unique_ptr<Partitioner>> partitioner = CreatePartitioner(spec.partitioner);
   if (!partitioner.ok()) return invalid(partitioner.status().message());
   absl::StatusOr<int> num_shards = (*partitioner)->NumShards(spec.shape, spec.dtype);
@@ -85,6 +89,70 @@ absl::StatusOr<ShardedVariable> VariableCreator::Create(const VariableSpec& spec
   created_.emplace(spec.name, std::make_pair(key, variable));
   placed_.insert(placed_.end(), placed.begin(), placed.end());
   return variable;
+}
+
+absl::StatusOr<DynamicTable> VariableCreator::CreateTable(const TableSpec& spec) {
+  auto invalid = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("dynamic table \"", spec.name, "\": ", why));
+  };
+  if (spec.name.empty()) return absl::InvalidArgumentError("a dynamic table needs a name");
+  if (ps_.empty()) return invalid("no ps tasks to place it on");
+  if (spec.dim < 1) return invalid(absl::StrCat("dim ", spec.dim, " must be at least 1"));
+  if (spec.num_shards < 0) return invalid(absl::StrCat("num_shards ", spec.num_shards, " < 0"));
+  const int num_shards = spec.num_shards > 0 ? spec.num_shards : static_cast<int>(ps_.size());
+  DynamicTableDef dynamic = spec.options;
+  dynamic.set_dim(spec.dim);
+  const std::string key =
+      absl::StrCat(num_shards, "|", dynamic.SerializeAsString(), "|",
+                   spec.initializer.SerializeAsString(), "|",
+                   spec.optimizer ? spec.optimizer->SerializeAsString() : "none");
+
+  absl::MutexLock lock(&mu_);
+  if (auto existing = tables_.find(spec.name); existing != tables_.end()) {
+    if (existing->second.first == key) return existing->second.second;
+    return absl::AlreadyExistsError(
+        absl::StrCat("dynamic table \"", spec.name, "\" already exists with a different spec"));
+  }
+  if (created_.count(spec.name)) {
+    return absl::AlreadyExistsError(absl::StrCat("\"", spec.name, "\" already names a variable"));
+  }
+  ASSIGN_OR_RETURN(std::vector<int> tasks,
+                   placer_.PlaceKeyed(num_shards, static_cast<int>(ps_.size())));
+  std::map<int, CreateShardsRequest> requests;
+  std::vector<std::string> names;
+  std::vector<PlacedShard> placed;
+  for (int i = 0; i < num_shards; ++i) {
+    VariableShardDef* def = requests[tasks[i]].add_shards();
+    def->set_name(absl::StrCat(spec.name, "/part_", i));
+    def->set_variable(spec.name);
+    def->add_full_shape(spec.dim);
+    def->set_dtype(DT_FLOAT32);
+    def->set_shard_index(i);
+    def->set_num_shards(num_shards);
+    *def->mutable_initializer() = spec.initializer;
+    if (spec.optimizer) *def->mutable_optimizer() = *spec.optimizer;
+    *def->mutable_dynamic() = dynamic;
+    names.push_back(def->name());
+    placed.push_back(PlacedShard{tasks[i], *def});
+  }
+  ASSIGN_OR_RETURN(DynamicTable table,
+                   DynamicTable::Create(spec.name, spec.dim, names, tasks, ps_));
+  std::vector<std::pair<int, const CreateShardsRequest*>> sends;
+  for (const auto& [ps, request] : requests) sends.emplace_back(ps, &request);
+  std::vector<CreateShardsResponse> responses(sends.size());
+  RETURN_IF_ERROR(CallAll(static_cast<int>(sends.size()), [&](int i, PsClient::Done done) {
+    ps_[sends[i].first]->CreateShardsAsync(sends[i].second, &responses[i], std::move(done));
+  }));
+  tables_.emplace(spec.name, std::make_pair(key, table));
+  placed_.insert(placed_.end(), placed.begin(), placed.end());
+  return table;
+}
+
+std::map<std::string, DynamicTable> VariableCreator::tables() const {
+  absl::MutexLock lock(&mu_);
+  std::map<std::string, DynamicTable> out;
+  for (const auto& [name, entry] : tables_) out.emplace(name, entry.second);
+  return out;
 }
 
 std::vector<PlacedShard> VariableCreator::placed_shards() const {

@@ -1,6 +1,7 @@
 // Creates variables on the ps tasks: applies the partitioner, places the shards round-robin by one
 // counter over all shards and unsharded variables (in creation order, as TF does), creates them on
-// their ps tasks in parallel, and hands back the ShardedVariable handle.
+// their ps tasks in parallel, and hands back the ShardedVariable handle. Dynamic tables the same
+// way: their K shards split the key space, placed by the same counter (DynamicTable handle).
 #ifndef PSTRAIN_COORDINATOR_VARIABLE_CREATOR_H_
 #define PSTRAIN_COORDINATOR_VARIABLE_CREATOR_H_
 
@@ -17,6 +18,7 @@
 #include "partitioners/sharding.h"
 #include "proto/ps_service.pb.h"
 #include "ps/ps_client.h"
+#include "ps/dynamic_table.h"
 #include "ps/sharded_variable.h"
 
 namespace pstrain {
@@ -36,6 +38,23 @@ struct VariableSpec {
   std::optional<OptimizerDef> optimizer;
 };
 
+// A dynamic table: rows keyed by int64, made when a key first appears (ps/dynamic_shard.h).
+struct TableSpec {
+  // Unique among variables and tables; shards are "name/part_i". Required.
+  std::string name;
+  // Floats per row. Required (at least 1).
+  int64_t dim = 0;
+  // Shards. Default 0: one per ps task.
+  int num_shards = 0;
+  // Each key's initial row, drawn from (initializer.seed, key). Default: zeros.
+  InitializerDef initializer;
+  // Server-side optimizer for gradients; none means the table takes no gradients.
+  std::optional<OptimizerDef> optimizer;
+  // Admission, eviction and the default row (DynamicTableDef; its dim is taken from above).
+  // Default: every key stored on first sight, none evicted, default rows of zeros.
+  DynamicTableDef options;
+};
+
 // A shard as created: its definition and its ps task.
 struct PlacedShard {
   int ps = 0;
@@ -53,9 +72,16 @@ class VariableCreator {
   // (bad spec or partitioner, naming it), the ps errors (e.g. kUnavailable naming the ps).
   absl::StatusOr<ShardedVariable> Create(const VariableSpec& spec);
 
+  // Creates dynamic table `spec` on the ps tasks. The same spec again returns the same handle; a
+  // different spec under a used name is kAlreadyExists. Errors: kInvalidArgument (bad spec, naming
+  // it), the ps errors.
+  absl::StatusOr<DynamicTable> CreateTable(const TableSpec& spec);
+
   // Handles of every variable created so far, by name.
   std::map<std::string, ShardedVariable> variables() const;
-  // Every shard created so far, in creation order.
+  // Handles of every dynamic table created so far, by name.
+  std::map<std::string, DynamicTable> tables() const;
+  // Every shard created so far (of variables and tables), in creation order.
   std::vector<PlacedShard> placed_shards() const;
 
   // Creates again, with their initial values, the shards placed on ps task `ps` that it no longer
@@ -69,6 +95,7 @@ class VariableCreator {
   // Below: guarded by mu_.
   ShardPlacer placer_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::pair<std::string, ShardedVariable>> created_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::pair<std::string, DynamicTable>> tables_ ABSL_GUARDED_BY(mu_);
   std::vector<PlacedShard> placed_ ABSL_GUARDED_BY(mu_);
 };
 

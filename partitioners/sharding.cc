@@ -101,6 +101,17 @@ absl::StatusOr<std::vector<ShardPlacement>> ShardPlacer::Place(const std::string
   return placements;
 }
 
+absl::StatusOr<std::vector<int>> ShardPlacer::PlaceKeyed(int num_shards, int num_ps) {
+  if (num_shards < 1 || num_ps < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("placing ", num_shards, " shard(s) on ", num_ps,
+                                                   " ps task(s): both must be at least 1"));
+  }
+  absl::MutexLock lock(&mu_);
+  std::vector<int> ps(num_shards);
+  for (int i = 0; i < num_shards; ++i) ps[i] = static_cast<int>(next_++ % num_ps);
+  return ps;
+}
+
 int64_t ShardPlacer::num_placed() const {
   absl::MutexLock lock(&mu_);
   return next_;

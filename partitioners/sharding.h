@@ -119,6 +119,11 @@ class ShardPlacer {
                                                     DType dtype, int num_shards, int num_ps,
                                                     int64_t bytes_per_string = kDefaultBytesPerString);
 
+  // Places the `num_shards` shards of a table without rows (a dynamic table, whose shards split
+  // its key space): the ps task of each, by the same counter. Errors (kInvalidArgument; the
+  // counter does not move): num_shards < 1, num_ps < 1.
+  absl::StatusOr<std::vector<int>> PlaceKeyed(int num_shards, int num_ps);
+
   // Shards and unsharded variables placed so far (the round-robin counter).
   int64_t num_placed() const;
 

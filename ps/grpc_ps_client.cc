@@ -85,6 +85,11 @@ class GrpcPsClient final : public PsClient {
     SendUpdate(request, values, response, std::move(done));
   }
 
+  void ExportAsync(const ExportRequest* request, ExportResponse* response, Done done) override {
+    Call([=](grpc::ClientContext* c, std::function<void(grpc::Status)> cb) {
+      stub_->async()->Export(c, request, response, std::move(cb));
+    }, std::move(done));
+  }
   void HealthAsync(const HealthRequest* request, HealthResponse* response, Done done) override {
     Call([=](grpc::ClientContext* c, std::function<void(grpc::Status)> cb) {
       stub_->async()->Health(c, request, response, std::move(cb));
@@ -107,7 +112,8 @@ class GrpcPsClient final : public PsClient {
   }
 
  private:
-  // UpdateRequest's wire format: each op as its own fields, then (*values)[i] as field 5.
+  // UpdateRequest's wire format: each op as its own fields, then (*values)[i] as field 5; then the
+  // request's step (field 2).
   static absl::StatusOr<grpc::ByteBuffer> ZeroCopyUpdate(
       const UpdateRequest& request, const std::vector<absl::string_view>& values,
       std::function<void()> released) {
@@ -125,6 +131,8 @@ class GrpcPsClient final : public PsClient {
       }
       total += 1 + CodedOutputStream::VarintSize64(op_bytes[i]) + op_bytes[i];
     }
+    const uint64_t step = static_cast<uint64_t>(request.step());
+    if (step != 0) total += 1 + CodedOutputStream::VarintSize64(step);
     return ZeroCopyWrite(
         total,
         [&](CodedOutputStream* out) {
@@ -136,6 +144,10 @@ class GrpcPsClient final : public PsClient {
             out->WriteTag(WireFormatLite::MakeTag(5, WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
             out->WriteVarint64(extra(i).size());
             out->WriteRawMaybeAliased(extra(i).data(), static_cast<int>(extra(i).size()));
+          }
+          if (step != 0) {
+            out->WriteTag(WireFormatLite::MakeTag(2, WireFormatLite::WIRETYPE_VARINT));
+            out->WriteVarint64(step);
           }
         },
         std::move(released), "UpdateRequest");

@@ -87,6 +87,10 @@ absl::Status PsClient::Update(const UpdateRequest& request, UpdateResponse* resp
   return Wait([&](Done d) { UpdateAsync(&request, response, std::move(d)); });
 }
 
+absl::Status PsClient::Export(const ExportRequest& request, ExportResponse* response) {
+  return Wait([&](Done d) { ExportAsync(&request, response, std::move(d)); });
+}
+
 absl::Status PsClient::Health(const HealthRequest& request, HealthResponse* response) {
   return Wait([&](Done d) { HealthAsync(&request, response, std::move(d)); });
 }

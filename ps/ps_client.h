@@ -64,6 +64,8 @@ class PsClient {
   virtual void UpdateWithValuesAsync(const UpdateRequest* request,
                                      const std::vector<absl::string_view>* values,
                                      UpdateResponse* response, Done done);
+  // A chunk of a dynamic table's shard.
+  virtual void ExportAsync(const ExportRequest* request, ExportResponse* response, Done done) = 0;
   // Liveness and identity (fails fast with kUnavailable when the ps is down).
   virtual void HealthAsync(const HealthRequest* request, HealthResponse* response, Done done) = 0;
   // Checkpoints (see proto/ps_service.proto).
@@ -80,6 +82,7 @@ class PsClient {
   absl::Status Lookup(const LookupRequest& request, LookupResponse* response);
   absl::Status Read(const ReadRequest& request, ReadResponse* response);
   absl::Status Update(const UpdateRequest& request, UpdateResponse* response);
+  absl::Status Export(const ExportRequest& request, ExportResponse* response);
   absl::Status Health(const HealthRequest& request, HealthResponse* response);
   absl::Status SaveShards(const SaveShardsRequest& request, SaveShardsResponse* response);
   absl::Status RestoreShards(const RestoreShardsRequest& request, RestoreShardsResponse* response);

@@ -23,7 +23,8 @@ class PsServiceImpl final
     : public PsService::WithRawCallbackMethod_Lookup<PsService::WithRawCallbackMethod_Read<
           PsService::WithRawCallbackMethod_Update<PsService::CallbackService>>> {
  public:
-  PsServiceImpl() = default;
+  explicit PsServiceImpl(int64_t memory_budget_bytes)
+      : store_(/*data_threads=*/-1, memory_budget_bytes) {}
 
   void SetIdentity(const TaskIdentity& identity) { identity_.Set(identity); }
 
@@ -49,7 +50,16 @@ class PsServiceImpl final
                                        const ListShardsRequest* /*request*/,
                                        ListShardsResponse* response) override {
     for (VariableShardDef& def : store_.ListShards()) *response->add_shards() = std::move(def);
+    for (DynamicShardStats& stats : store_.DynamicStats()) {
+      *response->add_dynamic_stats() = std::move(stats);
+    }
     return Finish(context, absl::OkStatus());
+  }
+
+  grpc::ServerUnaryReactor* Export(grpc::CallbackServerContext* context,
+                                   const ExportRequest* request,
+                                   ExportResponse* response) override {
+    return Finish(context, store_.Export(*request, response));
   }
 
   // The data-path handlers run inline on gRPC's callback threads: the work is memory-bound and
@@ -155,7 +165,7 @@ class PsServerImpl final : public PsServer {
   ~PsServerImpl() override { Shutdown(); }
 
   absl::Status Init(const PsServerOptions& options) {
-    service_ = std::make_unique<PsServiceImpl>();
+    service_ = std::make_unique<PsServiceImpl>(options.memory_budget_bytes);
     ASSIGN_OR_RETURN(StartedServer started,
                      StartGrpcServer(options.listen_address, {service_.get()}));
     server_ = std::move(started.server);

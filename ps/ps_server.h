@@ -2,6 +2,7 @@
 #ifndef PSTRAIN_PS_PS_SERVER_H_
 #define PSTRAIN_PS_PS_SERVER_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -16,6 +17,9 @@ struct PsServerOptions {
   // Where to listen, "host:port". Port 0 lets the kernel pick one (see PsServer::address()).
   // Default "localhost:0".
   std::string listen_address = "localhost:0";
+  // The ps's memory budget in bytes: creating or growing a table past it fails with
+  // RESOURCE_EXHAUSTED naming the table and the bytes. Default 0: none.
+  int64_t memory_budget_bytes = 0;
 };
 
 // A running ps task. Thread-safe. Destroying it shuts the server down (Shutdown() is idempotent).

@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "partitioners/key_routing.h"
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
 #include "rocksdb/sst_file_writer.h"
@@ -98,6 +100,111 @@ absl::Status SyncFile(const std::string& path) {
   return absl::OkStatus();
 }
 
+constexpr char kRecordsTensor[] = "records";
+constexpr char kErasedTensor[] = "erased";
+constexpr int64_t kRecordEntryHeader = 24;  // key, step, count, 4 zero bytes
+
+// The key of a dynamic table's chunk whose first entry is `key`.
+std::string DynamicChunkKey(absl::string_view variable, absl::string_view tensor, uint32_t route,
+                            int64_t key) {
+  std::string k = KeyPrefix(variable, tensor);
+  for (int shift = 24; shift >= 0; shift -= 8) k.push_back(static_cast<char>(route >> shift));
+  AppendBigEndian(key, &k);
+  return k;
+}
+
+// Dynamic records sort by routing hash, then by key as unsigned (as their chunk keys do).
+struct RoutedKey {
+  uint32_t route;
+  uint64_t key;
+  bool operator<(const RoutedKey& o) const {
+    return route != o.route ? route < o.route : key < o.key;
+  }
+};
+RoutedKey Routed(int64_t key) { return {RoutingHash(key), static_cast<uint64_t>(key)}; }
+
+// Writes `count` entries of `entry_bytes` each, entry i filled by fill(i, out), as chunks of about
+// `chunk_bytes` under `tensor`; key_of(i) is entry i's key (for the chunk keys).
+template <typename Fill, typename KeyOf>
+absl::Status WriteChunks(rocksdb::SstFileWriter* writer, const std::string& sst_path,
+                         absl::string_view variable, absl::string_view tensor, int64_t count,
+                         int64_t entry_bytes, int64_t chunk_bytes, KeyOf key_of, Fill fill,
+                         int64_t* entries) {
+  const int64_t per_chunk = std::max<int64_t>(1, chunk_bytes / entry_bytes);
+  std::string value;
+  for (int64_t first = 0; first < count; first += per_chunk) {
+    const int64_t n = std::min(per_chunk, count - first);
+    value.assign(static_cast<size_t>(n * entry_bytes), '\0');
+    for (int64_t i = 0; i < n; ++i) fill(first + i, value.data() + i * entry_bytes);
+    const int64_t key = key_of(first);
+    rocksdb::Status s = writer->Put(DynamicChunkKey(variable, tensor, RoutingHash(key), key), value);
+    if (!s.ok()) return IoError("writing", sst_path, s);
+    ++*entries;
+  }
+  return absl::OkStatus();
+}
+
+// The records (or erasures) of one dynamic table that a ps holds, written in routing order.
+absl::Status WriteDynamicTable(rocksdb::SstFileWriter* writer, const std::string& sst_path,
+                               const std::vector<std::shared_ptr<DynamicShard>>& shards,
+                               uint32_t delta_since, int64_t chunk_bytes, int64_t* entries,
+                               SaveShardsResponse* response) {
+  const std::string& variable = shards.front()->def().variable();
+  const int64_t floats = shards.front()->record_floats();
+  const int64_t entry_bytes = kRecordEntryHeader + 4 * floats;
+  // Erasures (deltas only) sort before records ("erased" < "records").
+  std::vector<std::pair<RoutedKey, int64_t>> erased;
+  std::vector<int64_t> erased_per_shard(shards.size());
+  if (delta_since > 0) {
+    for (size_t k = 0; k < shards.size(); ++k) {
+      for (int64_t key : shards[k]->ErasedSince(delta_since)) {
+        erased.emplace_back(Routed(key), key);
+        ++erased_per_shard[k];
+      }
+    }
+    std::sort(erased.begin(), erased.end());
+    RETURN_IF_ERROR(WriteChunks(
+        writer, sst_path, variable, kErasedTensor, static_cast<int64_t>(erased.size()), 8,
+        chunk_bytes, [&](int64_t i) { return erased[i].second; },
+        [&](int64_t i, char* out) { std::memcpy(out, &erased[i].second, 8); }, entries));
+  }
+  struct Entry {
+    RoutedKey order;
+    DynamicRecordView view;
+    bool operator<(const Entry& o) const { return order < o.order; }
+  };
+  std::vector<Entry> records;
+  std::vector<int64_t> records_per_shard(shards.size());
+  for (size_t k = 0; k < shards.size(); ++k) {
+    shards[k]->ForEachRecord(delta_since, [&](const DynamicRecordView& view) {
+      records.push_back({Routed(view.key), view});
+      ++records_per_shard[k];
+    });
+  }
+  std::sort(records.begin(), records.end());
+  RETURN_IF_ERROR(WriteChunks(
+      writer, sst_path, variable, kRecordsTensor, static_cast<int64_t>(records.size()),
+      entry_bytes, chunk_bytes, [&](int64_t i) { return records[i].view.key; },
+      [&](int64_t i, char* out) {
+        const DynamicRecordView& v = records[i].view;
+        std::memcpy(out, &v.key, 8);
+        std::memcpy(out + 8, &v.step, 8);
+        std::memcpy(out + 16, &v.count, 4);
+        std::memcpy(out + kRecordEntryHeader, v.data, static_cast<size_t>(4 * floats));
+      },
+      entries));
+  for (size_t k = 0; k < shards.size(); ++k) {
+    SavedShard* saved = response->add_shards();
+    *saved->mutable_def() = shards[k]->def();
+    saved->set_apply_count(shards[k]->apply_count());
+    saved->set_keys(records_per_shard[k]);
+    saved->set_erased_keys(erased_per_shard[k]);
+    saved->set_bytes(records_per_shard[k] * entry_bytes + erased_per_shard[k] * 8);
+    response->set_bytes(response->bytes() + saved->bytes());
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string CheckpointKey(absl::string_view variable, absl::string_view tensor, int64_t first_row) {
@@ -108,7 +215,8 @@ std::string CheckpointKey(absl::string_view variable, absl::string_view tensor, 
 
 absl::StatusOr<SaveShardsResponse> WriteShardCheckpoint(
     const std::string& db_path, const std::vector<std::shared_ptr<VariableShard>>& shards,
-    int64_t chunk_bytes) {
+    const std::vector<std::shared_ptr<DynamicShard>>& dynamic, int64_t chunk_bytes,
+    uint32_t delta_since) {
   if (db_path.empty()) return absl::InvalidArgumentError("SaveShards: empty db_path");
   if (chunk_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat("SaveShards: chunk_bytes ", chunk_bytes, " < 0"));
@@ -143,8 +251,21 @@ absl::StatusOr<SaveShardsResponse> WriteShardCheckpoint(
   s = writer.Open(sst_path);
   if (!s.ok()) return IoError("creating", sst_path, s);
   int64_t entries = 0;
+  // Dynamic tables by variable name (a ps may hold several shards of one).
+  std::map<std::string, std::vector<std::shared_ptr<DynamicShard>>> tables;
+  for (const auto& d : dynamic) tables[d->def().variable()].push_back(d);
+  auto table = tables.begin();
+  // Writes the dynamic tables that sort before `variable` (all of them, for the end).
+  auto write_tables_before = [&](const std::string* variable) -> absl::Status {
+    for (; table != tables.end() && (variable == nullptr || table->first < *variable); ++table) {
+      RETURN_IF_ERROR(WriteDynamicTable(&writer, sst_path, table->second, delta_since, chunk_bytes,
+                                        &entries, &response));
+    }
+    return absl::OkStatus();
+  };
   size_t i = 0;
   while (i < sorted.size()) {
+    RETURN_IF_ERROR(write_tables_before(&sorted[i]->def().variable()));
     // The shards of one variable: [i, j).
     size_t j = i;
     while (j < sorted.size() && sorted[j]->def().variable() == sorted[i]->def().variable()) ++j;
@@ -182,6 +303,7 @@ absl::StatusOr<SaveShardsResponse> WriteShardCheckpoint(
     }
     i = j;
   }
+  RETURN_IF_ERROR(write_tables_before(nullptr));
 
   if (entries > 0) {
     s = writer.Finish();
@@ -320,6 +442,78 @@ absl::StatusOr<int64_t> ShardCheckpointReader::ReadInto(const RestoreShardOp& op
                                                 " rows (missing or overlapping chunks)"));
       }
       bytes += covered * target.row_bytes;
+    }
+  }
+  shard->set_apply_count(apply_count);
+  return bytes;
+}
+
+absl::StatusOr<int64_t> ShardCheckpointReader::ReadDynamicInto(const RestoreShardOp& op,
+                                                               DynamicShard* shard) {
+  const std::string& variable = shard->def().variable();
+  const auto [lo, hi] = RoutingHashRange(shard->def().shard_index(), shard->def().num_shards());
+  const int64_t floats = shard->record_floats();
+  const int64_t entry_bytes = kRecordEntryHeader + 4 * floats;
+  rocksdb::ReadOptions read;
+  read.verify_checksums = true;
+  read.fill_cache = false;
+  read.readahead_size = 0;
+  int64_t bytes = 0;
+  int64_t apply_count = 0;
+  DynamicRecord record;
+  record.data.resize(static_cast<size_t>(floats));
+  for (const CheckpointSource& src : op.sources()) {
+    apply_count = std::max(apply_count, src.apply_count());
+    ASSIGN_OR_RETURN(Db * db, Open(src.db_path()));
+    // Erasures first, then records: a delta never holds a key in both.
+    for (const char* tensor : {kErasedTensor, kRecordsTensor}) {
+      const bool records = tensor == kRecordsTensor;
+      const int64_t size = records ? entry_bytes : 8;
+      const std::string prefix = KeyPrefix(variable, tensor);
+      const auto where = [&] {
+        return absl::StrCat("checkpoint database ", src.db_path(), ", dynamic table \"", variable,
+                            "\" ", tensor);
+      };
+      std::unique_ptr<rocksdb::Iterator> it(db->db->NewIterator(read));
+      // The chunk holding the first key of the range starts at or before it.
+      const std::string first = DynamicChunkKey(variable, tensor, static_cast<uint32_t>(lo), 0);
+      it->SeekForPrev(first);
+      if (!it->Valid() || !it->key().starts_with(prefix)) it->Seek(first);
+      for (; it->Valid(); it->Next()) {
+        const rocksdb::Slice key = it->key();
+        if (!key.starts_with(prefix) || key.size() != prefix.size() + 12) break;
+        uint32_t chunk_route = 0;
+        for (int b = 0; b < 4; ++b) {
+          chunk_route = (chunk_route << 8) | static_cast<unsigned char>(key.data()[prefix.size() + b]);
+        }
+        if (chunk_route >= hi) break;
+        const rocksdb::Slice value = it->value();
+        if (value.size() % size != 0) {
+          return absl::DataLossError(absl::StrCat(
+              where(), ": a chunk of ", value.size(), " bytes is not whole entries of ", size,
+              " bytes", records ? " (saved with another width or optimizer?)" : ""));
+        }
+        for (size_t at = 0; at < value.size(); at += size) {
+          const char* e = value.data() + at;
+          int64_t k;
+          std::memcpy(&k, e, 8);
+          const uint32_t route = RoutingHash(k);
+          if (route < lo || route >= hi) continue;
+          if (!records) {
+            shard->EraseKey(k);
+            continue;
+          }
+          record.key = k;
+          std::memcpy(&record.step, e + 8, 8);
+          std::memcpy(&record.count, e + 16, 4);
+          std::memcpy(record.data.data(), e + kRecordEntryHeader, static_cast<size_t>(4 * floats));
+          RETURN_IF_ERROR(shard->PutRecord(record));
+          bytes += size;
+        }
+      }
+      if (!it->status().ok()) {
+        return absl::DataLossError(absl::StrCat(where(), ": ", it->status().ToString()));
+      }
     }
   }
   shard->set_apply_count(apply_count);

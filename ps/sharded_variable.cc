@@ -170,15 +170,16 @@ absl::Status ShardedVariable::ApplyDenseGradients(absl::string_view grads) const
   return batch.Run();
 }
 
-absl::Status LookupBatch::Add(const ShardedVariable& v, absl::Span<const int64_t> ids, char* out) {
-  RETURN_IF_ERROR(CheckIds(v, ids));
+template <typename ShardOf, typename NameOf, typename PsOf>
+void LookupBatch::AddRouted(absl::Span<const int64_t> ids, char* out, int64_t row_bytes,
+                            int num_shards, ShardOf shard_of, NameOf name_of, PsOf ps_of,
+                            bool insert) {
   // Dedupe: each distinct id is fetched once, into the caller position where it first appears.
   const std::vector<RepeatFinder::Repeat>& repeats = ThreadRepeatFinder().Find(
       reinterpret_cast<const char*>(ids.data()), static_cast<int64_t>(ids.size()));
   auto repeat = repeats.begin();  // the next repeat, in position order
-  Fixup fixup{out, v.row_bytes(), {}};
+  Fixup fixup{out, row_bytes, {}};
   // Per shard: the distinct ids and their first positions.
-  const size_t num_shards = v.shards().size();
   std::vector<std::vector<int64_t>> shard_ids(num_shards);
   std::vector<std::vector<int64_t>> shard_pos(num_shards);
   if (num_shards == 1) {
@@ -191,25 +192,47 @@ absl::Status LookupBatch::Add(const ShardedVariable& v, absl::Span<const int64_t
       ++repeat;
       continue;
     }
-    const int s = num_shards == 1 ? 0 : v.ShardOf(ids[i]);
+    const int s = num_shards == 1 ? 0 : shard_of(ids[i]);
     shard_ids[s].push_back(ids[i]);
     shard_pos[s].push_back(static_cast<int64_t>(i));
   }
-  for (size_t s = 0; s < v.shards().size(); ++s) {
+  for (int s = 0; s < num_shards; ++s) {
     if (shard_ids[s].empty()) continue;
-    PsClient* client = v.ps(v.shards()[s].ps_task);
+    PsClient* client = ps_of(s);
     PerPs& p = per_ps_[client];
     p.client = client;
     LookupOp* op = p.request.add_ops();
-    op->set_shard(v.shards()[s].name);
+    op->set_shard(name_of(s));
     op->set_ids(IdsBytes(shard_ids[s]));
-    p.targets.push_back(Target{&v, std::move(shard_pos[s]), out});
+    if (insert) op->set_insert(true);
+    p.targets.push_back(Target{row_bytes, std::move(shard_pos[s]), out});
   }
   if (!fixup.copies.empty()) fixups_.push_back(std::move(fixup));
+}
+
+absl::Status LookupBatch::Add(const ShardedVariable& v, absl::Span<const int64_t> ids, char* out) {
+  RETURN_IF_ERROR(CheckIds(v, ids));
+  AddRouted(
+      ids, out, v.row_bytes(), static_cast<int>(v.shards().size()),
+      [&v](int64_t id) { return v.ShardOf(id); },
+      [&v](int s) -> const std::string& { return v.shards()[s].name; },
+      [&v](int s) { return v.ps(v.shards()[s].ps_task); }, /*insert=*/false);
+  return absl::OkStatus();
+}
+
+absl::Status LookupBatch::Add(const DynamicTable& t, absl::Span<const int64_t> keys, char* out,
+                              LookupMode mode) {
+  AddRouted(
+      keys, out, t.row_bytes(), t.num_shards(), [&t](int64_t key) { return t.ShardOf(key); },
+      [&t](int s) -> const std::string& { return t.shard_name(s); },
+      [&t](int s) { return t.ps_of(s); }, mode == LookupMode::kTrain);
   return absl::OkStatus();
 }
 
 absl::Status LookupBatch::Run() {
+  if (step_ != 0) {
+    for (auto& [client, p] : per_ps_) p.request.set_step(step_);
+  }
   RETURN_IF_ERROR(SendAll(per_ps_, [](PerPs& p, PsClient::Done done) {
     p.client->LookupWireAsync(&p.request, &p.reply, std::move(done));
   }));
@@ -224,7 +247,7 @@ absl::Status LookupBatch::Run() {
     }
     for (size_t i = 0; i < p.targets.size(); ++i) {
       const Target& t = p.targets[i];
-      const int64_t row_bytes = t.v->row_bytes();
+      const int64_t row_bytes = t.row_bytes;
       const std::vector<absl::string_view>& pieces = (*values)[i];
       int64_t size = 0;
       for (absl::string_view piece : pieces) size += static_cast<int64_t>(piece.size());
@@ -269,24 +292,22 @@ UpdateBatch::PerPs& UpdateBatch::For(PsClient* client) {
   return p;
 }
 
-absl::Status UpdateBatch::AddSparse(const ShardedVariable& v, UpdateOp::Kind kind,
-                                    absl::Span<const int64_t> ids, const char* values) {
-  RETURN_IF_ERROR(CheckIds(v, ids));
-  const int64_t row_bytes = v.row_bytes();
-  const bool sum_repeats =
-      v.dtype() == DT_FLOAT32 && (kind == UpdateOp::ASSIGN_ADD || kind == UpdateOp::APPLY_GRADIENT);
+template <typename ShardOf, typename NameOf, typename PsOf>
+void UpdateBatch::AddRouted(UpdateOp::Kind kind, absl::Span<const int64_t> ids,
+                            const char* values, int64_t row_bytes, int64_t width,
+                            bool sum_repeats, DataType dtype, int num_shards, ShardOf shard_of,
+                            NameOf name_of, PsOf ps_of) {
   // Per shard: distinct ids and their rows (summed for additive kinds; last one for assign),
   // reserved up front (a first pass counts the ids per shard) so that nothing is copied twice.
-  const size_t num_shards = v.shards().size();
-  std::vector<int> shard_of(ids.size(), 0);
+  std::vector<int> shard_of_pos(ids.size(), 0);
   std::vector<int64_t> per_shard(num_shards, 0);
   for (size_t i = 0; i < ids.size(); ++i) {
-    if (num_shards > 1) shard_of[i] = v.ShardOf(ids[i]);
-    ++per_shard[shard_of[i]];
+    if (num_shards > 1) shard_of_pos[i] = shard_of(ids[i]);
+    ++per_shard[shard_of_pos[i]];
   }
   std::vector<std::vector<int64_t>> shard_ids(num_shards);
   std::vector<std::string> shard_values(num_shards);
-  for (size_t s = 0; s < num_shards; ++s) {
+  for (int s = 0; s < num_shards; ++s) {
     shard_ids[s].reserve(per_shard[s]);
     shard_values[s].reserve(per_shard[s] * row_bytes);
   }
@@ -295,15 +316,16 @@ absl::Status UpdateBatch::AddSparse(const ShardedVariable& v, UpdateOp::Kind kin
   auto repeat = repeats.begin();  // the next repeat, in position order
   std::vector<int64_t> index_in_shard(ids.size());  // for first positions: where the row went
   for (size_t i = 0; i < ids.size(); ++i) {
-    const char* row = values + i * row_bytes;
-    const int s = shard_of[i];
+    const char* row = kind == UpdateOp::ERASE ? nullptr : values + i * row_bytes;
+    const int s = shard_of_pos[i];
     if (repeat != repeats.end() && repeat->later == static_cast<int64_t>(i)) {
       const int64_t first = repeat->first;
       ++repeat;
-      char* dst = shard_values[shard_of[first]].data() + index_in_shard[first] * row_bytes;
+      if (kind == UpdateOp::ERASE) continue;  // erased once is enough
+      char* dst = shard_values[shard_of_pos[first]].data() + index_in_shard[first] * row_bytes;
       if (sum_repeats) {
         float* d = reinterpret_cast<float*>(dst);
-        for (int64_t k = 0; k < v.width(); ++k) {
+        for (int64_t k = 0; k < width; ++k) {
           float x;
           std::memcpy(&x, row + 4 * k, 4);
           d[k] += x;
@@ -319,19 +341,49 @@ absl::Status UpdateBatch::AddSparse(const ShardedVariable& v, UpdateOp::Kind kin
       index_in_shard[i] = static_cast<int64_t>(shard_ids[s].size());
     }
     shard_ids[s].push_back(ids[i]);
-    shard_values[s].append(row, row_bytes);
+    if (kind != UpdateOp::ERASE) shard_values[s].append(row, row_bytes);
   }
-  for (size_t s = 0; s < v.shards().size(); ++s) {
+  for (int s = 0; s < num_shards; ++s) {
     if (shard_ids[s].empty()) continue;
-    PerPs& p = For(v.ps(v.shards()[s].ps_task));
+    PerPs& p = For(ps_of(s));
     p.values.emplace_back();  // the op's own values
     UpdateOp* op = p.request.add_ops();
-    op->set_shard(v.shards()[s].name);
+    op->set_shard(name_of(s));
     op->set_kind(kind);
     op->set_ids(IdsBytes(shard_ids[s]));
-    op->set_values(std::move(shard_values[s]));
-    op->set_dtype(v.dtype());
+    if (kind != UpdateOp::ERASE) {
+      op->set_values(std::move(shard_values[s]));
+      op->set_dtype(dtype);
+    }
   }
+}
+
+absl::Status UpdateBatch::AddSparse(const ShardedVariable& v, UpdateOp::Kind kind,
+                                    absl::Span<const int64_t> ids, const char* values) {
+  RETURN_IF_ERROR(CheckIds(v, ids));
+  const bool sum_repeats =
+      v.dtype() == DT_FLOAT32 && (kind == UpdateOp::ASSIGN_ADD || kind == UpdateOp::APPLY_GRADIENT);
+  AddRouted(
+      kind, ids, values, v.row_bytes(), v.width(), sum_repeats, v.dtype(),
+      static_cast<int>(v.shards().size()), [&v](int64_t id) { return v.ShardOf(id); },
+      [&v](int s) -> const std::string& { return v.shards()[s].name; },
+      [&v](int s) { return v.ps(v.shards()[s].ps_task); });
+  return absl::OkStatus();
+}
+
+absl::Status UpdateBatch::AddSparse(const DynamicTable& t, UpdateOp::Kind kind,
+                                    absl::Span<const int64_t> keys, const char* values) {
+  if (kind != UpdateOp::ERASE && values == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dynamic table \"", t.name(), "\": ", UpdateOp::Kind_Name(kind),
+                     " needs values"));
+  }
+  const bool sum_repeats = kind == UpdateOp::ASSIGN_ADD || kind == UpdateOp::APPLY_GRADIENT;
+  AddRouted(
+      kind, keys, values, t.row_bytes(), t.dim(), sum_repeats, DT_FLOAT32, t.num_shards(),
+      [&t](int64_t key) { return t.ShardOf(key); },
+      [&t](int s) -> const std::string& { return t.shard_name(s); },
+      [&t](int s) { return t.ps_of(s); });
   return absl::OkStatus();
 }
 
@@ -357,6 +409,9 @@ absl::Status UpdateBatch::AddDense(const ShardedVariable& v, UpdateOp::Kind kind
 }
 
 absl::Status UpdateBatch::Run() {
+  if (step_ != 0) {
+    for (auto& [client, p] : per_ps_) p.request.set_step(step_);
+  }
   absl::Status status = SendAll(per_ps_, [](PerPs& p, PsClient::Done done) {
     p.client->UpdateWithValuesAsync(&p.request, &p.values, &p.response, std::move(done));
   });

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "proto/ps_service.pb.h"
+#include "ps/dynamic_table.h"
 #include "ps/ps_client.h"
 
 namespace pstrain {
@@ -76,22 +77,31 @@ class ShardedVariable {
   std::vector<PsClient*> ps_;
 };
 
-// Lookups on any number of variables, sent as ONE request per ps task, all in parallel.
-// Not thread-safe; one batch per step.
+// Lookups on any number of variables and dynamic tables, sent as ONE request per ps task, all in
+// parallel. Not thread-safe; one batch per step.
 class LookupBatch {
  public:
   // Rows of `v` for `ids` go to `out` (ids.size() * v.row_bytes() bytes). `v`, `ids` and `out` must
   // stay valid until Run() returns. Errors: kInvalidArgument for an id out of range.
   absl::Status Add(const ShardedVariable& v, absl::Span<const int64_t> ids, char* out);
+  // Rows of dynamic table `t` for `keys` (keys.size() * t.row_bytes() bytes into `out`).
+  absl::Status Add(const DynamicTable& t, absl::Span<const int64_t> keys, char* out,
+                   LookupMode mode);
+  // The global step the requests belong to (dynamic tables' recency and TTL). Default 0: none.
+  void set_step(int64_t step) { step_ = step; }
   // Sends and waits. Errors: the first ps error.
   absl::Status Run();
 
  private:
   struct Target {  // where one op's rows go
-    const ShardedVariable* v;
+    int64_t row_bytes;
     std::vector<int64_t> first_pos;  // caller position of each unique id in this op
     char* out;
   };
+  // Adds ids routed by shard_of(id) to shard s (named name_of(s), on ps ps_of(s)).
+  template <typename ShardOf, typename NameOf, typename PsOf>
+  void AddRouted(absl::Span<const int64_t> ids, char* out, int64_t row_bytes, int num_shards,
+                 ShardOf shard_of, NameOf name_of, PsOf ps_of, bool insert);
   struct PerPs {
     PsClient* client = nullptr;
     LookupRequest request;
@@ -105,6 +115,7 @@ class LookupBatch {
   };
   std::map<PsClient*, PerPs> per_ps_;
   std::vector<Fixup> fixups_;
+  int64_t step_ = 0;
 };
 
 // Updates (assign, assign-add, apply-gradient) on any number of variables, ONE request per ps.
@@ -114,6 +125,11 @@ class UpdateBatch {
   // Repeated ids are summed here for ASSIGN_ADD and APPLY_GRADIENT of float32 variables.
   absl::Status AddSparse(const ShardedVariable& v, UpdateOp::Kind kind,
                          absl::Span<const int64_t> ids, const char* values);
+  // A dynamic table's keys (ASSIGN, ASSIGN_ADD, APPLY_GRADIENT with values; ERASE with none).
+  absl::Status AddSparse(const DynamicTable& t, UpdateOp::Kind kind,
+                         absl::Span<const int64_t> keys, const char* values);
+  // The global step the requests belong to (dynamic tables' recency and TTL). Default 0: none.
+  void set_step(int64_t step) { step_ = step; }
   // Dense: `values` covers the whole variable in row order. It is sent from where it is, not
   // copied: it must stay alive and unchanged until Run returns.
   absl::Status AddDense(const ShardedVariable& v, UpdateOp::Kind kind, absl::string_view values);
@@ -127,7 +143,12 @@ class UpdateBatch {
     UpdateResponse response;
   };
   PerPs& For(PsClient* client);
+  template <typename ShardOf, typename NameOf, typename PsOf>
+  void AddRouted(UpdateOp::Kind kind, absl::Span<const int64_t> ids, const char* values,
+                 int64_t row_bytes, int64_t width, bool sum_repeats, DataType dtype,
+                 int num_shards, ShardOf shard_of, NameOf name_of, PsOf ps_of);
   std::map<PsClient*, PerPs> per_ps_;
+  int64_t step_ = 0;
 };
 
 }  // namespace pstrain

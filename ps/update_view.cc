@@ -99,13 +99,20 @@ absl::Status ParseOp(const std::vector<absl::string_view>& pieces, UpdateOpView*
 }  // namespace
 
 absl::Status ParseUpdateRequest(const std::vector<absl::string_view>& message,
-                                std::vector<UpdateOpView>* ops) {
+                                std::vector<UpdateOpView>* ops, int64_t* step) {
   ops->clear();
+  if (step != nullptr) *step = 0;
   WireReader reader(&message, "UpdateRequest");
   std::vector<absl::string_view> op_pieces;
   while (!reader.Done()) {
     int field = 0, type = 0;
     RETURN_IF_ERROR(reader.ReadTag(&field, &type));
+    if (field == 2 && type == kVarint) {  // step
+      uint64_t v = 0;
+      RETURN_IF_ERROR(reader.ReadVarint(&v));
+      if (step != nullptr) *step = static_cast<int64_t>(v);
+      continue;
+    }
     if (field != 1) {
       RETURN_IF_ERROR(reader.Skip(type));
       continue;

@@ -85,7 +85,8 @@ void VariableShard::ForEachRowLocked(absl::string_view ids, bool write, bool wit
 }
 
 absl::StatusOr<std::unique_ptr<VariableShard>> VariableShard::Create(const VariableShardDef& def,
-                                                                     bool initialize) {
+                                                                     bool initialize,
+                                                                     MemoryBudget* budget) {
   const std::string who = absl::StrCat("shard \"", def.name(), "\"");
   auto invalid = [&](absl::string_view why) {
     return absl::InvalidArgumentError(absl::StrCat(who, ": ", why));
@@ -141,6 +142,9 @@ absl::StatusOr<std::unique_ptr<VariableShard>> VariableShard::Create(const Varia
     return invalid("too large");
   }
   const int64_t bytes = def.num_rows() * shard->row_bytes_;
+  const int num_slots = shard->optimizer_ == nullptr ? 0 : shard->optimizer_->num_slots();
+  shard->reservation_ = BudgetReservation(budget);
+  RETURN_IF_ERROR(shard->reservation_.Add(bytes + num_slots * elements * 4, who));
   shard->values_ = TableMemory(static_cast<size_t>(bytes));
   if (shard->values_.data() == nullptr) {
     return absl::ResourceExhaustedError(

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "proto/ps_service.pb.h"
+#include "ps/memory_budget.h"
 #include "ps/optimizers.h"
 #include "ps/row_locks.h"
 #include "common/thread_pool.h"
@@ -26,11 +27,13 @@ namespace pstrain {
 // so a request of many operations can be checked whole before any of it is applied.
 class VariableShard {
  public:
-  // Validates `def`, allocates the rows and slots, and initializes them (unless `initialize` is
-  // false: then they are zeros, for a caller that overwrites them all, as a restore does).
-  // Errors: kInvalidArgument naming the shard and the bad field; kResourceExhausted.
+  // Validates `def`, reserves its memory in `budget` (may be null), allocates the rows and slots,
+  // and initializes them (unless `initialize` is false: then they are zeros, for a caller that
+  // overwrites them all, as a restore does). Errors: kInvalidArgument naming the shard and the bad
+  // field; kResourceExhausted (the budget, naming the shard and the bytes; or no memory).
   static absl::StatusOr<std::unique_ptr<VariableShard>> Create(const VariableShardDef& def,
-                                                               bool initialize = true);
+                                                               bool initialize = true,
+                                                               MemoryBudget* budget = nullptr);
 
   // The definition (with the optimizer's defaults filled in).
   const VariableShardDef& def() const { return def_; }
@@ -112,6 +115,7 @@ class VariableShard {
   std::unique_ptr<Optimizer> optimizer_;
   float* Slot(int slot) const { return reinterpret_cast<float*>(slots_[slot].data()); }
 
+  BudgetReservation reservation_;  // values and slots, in the ps's budget
   TableMemory values_;
   std::vector<TableMemory> slots_;
   std::unique_ptr<RowLocks> locks_;  // set by Create, once row_bytes_ is known

@@ -1,6 +1,8 @@
 #include "ps/variable_store.h"
 
 #include <algorithm>
+#include <map>
+#include <optional>
 #include <thread>
 
 #include "absl/container/flat_hash_set.h"
@@ -13,7 +15,7 @@
 namespace pstrain {
 namespace {
 
-// Names the first field where two definitions differ, for the "already exists" error.
+// Names the first field where two definitions differ.
 std::string FirstDifference(const VariableShardDef& a, const VariableShardDef& b) {
   google::protobuf::util::MessageDifferencer differ;
   std::string report;
@@ -23,9 +25,32 @@ std::string FirstDifference(const VariableShardDef& a, const VariableShardDef& b
   return newline == std::string::npos ? report : report.substr(0, newline);
 }
 
+// A definition with what differs between shards of one variable cleared: what every shard of the
+// variable must agree on (shape, dtype, initializer, optimizer, number of shards, dynamic table).
+VariableShardDef VariableLevel(const VariableShardDef& def) {
+  VariableShardDef v = def;
+  v.clear_name();
+  v.clear_row_offset();
+  v.clear_num_rows();
+  v.clear_shard_index();
+  return v;
+}
+
+// `def` with its optimizer's unset fields filled with the defaults, as a shard stores it, so that
+// "unset" and "the default" compare equal.
+VariableShardDef WithDefaults(const VariableShardDef& def) {
+  VariableShardDef filled = def;
+  if (filled.has_optimizer()) {
+    absl::StatusOr<std::unique_ptr<Optimizer>> opt = Optimizer::Create(filled.optimizer());
+    if (opt.ok()) *filled.mutable_optimizer() = (*opt)->def();
+  }
+  return filled;
+}
+
 }  // namespace
 
-VariableStore::VariableStore(int data_threads) {
+VariableStore::VariableStore(int data_threads, int64_t memory_budget_bytes)
+    : budget_(memory_budget_bytes) {
   if (data_threads < 0) {
     data_threads = std::max(0, static_cast<int>(std::thread::hardware_concurrency()) - 1);
   }
@@ -34,46 +59,70 @@ VariableStore::VariableStore(int data_threads) {
 
 absl::StatusOr<std::vector<bool>> VariableStore::CreateShards(
     const std::vector<VariableShardDef>& defs) {
-  // Build every new shard outside the lock (initialization can take a while for large tables).
+  // Names and variable-level agreement within the request and with what is held.
   absl::flat_hash_set<std::string> names;
-  std::vector<std::unique_ptr<VariableShard>> built(defs.size());
-  for (size_t i = 0; i < defs.size(); ++i) {
-    if (!names.insert(defs[i].name()).second) {
+  std::map<std::string, const VariableShardDef*> by_variable;  // one shard of each, as a reference
+  for (const VariableShardDef& def : defs) {
+    if (!names.insert(def.name()).second) {
       return absl::InvalidArgumentError(
-          absl::StrCat("shard \"", defs[i].name(), "\" appears twice in one request"));
+          absl::StrCat("shard \"", def.name(), "\" appears twice in one request"));
     }
-    std::shared_ptr<VariableShard> existing = Find(defs[i].name());
-    if (existing != nullptr) continue;
-    ASSIGN_OR_RETURN(built[i], VariableShard::Create(defs[i]));
+  }
+  std::vector<VariableShardDef> held = ListShards();
+  for (const VariableShardDef& def : held) by_variable.emplace(def.variable(), &def);
+  for (const VariableShardDef& def : defs) {
+    auto [it, inserted] = by_variable.emplace(def.variable(), &def);
+    if (inserted || it->second->name() == def.name()) continue;
+    const VariableShardDef a = VariableLevel(WithDefaults(*it->second));
+    const VariableShardDef b = VariableLevel(WithDefaults(def));
+    if (!google::protobuf::util::MessageDifferencer::Equals(a, b)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "shard \"", def.name(), "\" of variable \"", def.variable(),
+          "\" disagrees with its shard \"", it->second->name(),
+          "\" (every shard of a variable has the same shape, dtype, initializer, optimizer and "
+          "number of shards): ", FirstDifference(a, b)));
+    }
+  }
+  // Build every new shard outside the lock (initialization can take a while for large tables).
+  std::vector<std::unique_ptr<VariableShard>> built(defs.size());
+  std::vector<std::unique_ptr<DynamicShard>> built_dynamic(defs.size());
+  for (size_t i = 0; i < defs.size(); ++i) {
+    if (Find(defs[i].name()) != nullptr || FindDynamic(defs[i].name()) != nullptr) continue;
+    if (defs[i].has_dynamic()) {
+      ASSIGN_OR_RETURN(built_dynamic[i], DynamicShard::Create(defs[i], &budget_));
+    } else {
+      ASSIGN_OR_RETURN(built[i], VariableShard::Create(defs[i], /*initialize=*/true, &budget_));
+    }
   }
   absl::MutexLock lock(&mu_);
   std::vector<bool> created(defs.size(), false);
-  // Check everything against the current map before inserting anything.
+  // Check everything against the current maps before inserting anything.
   for (size_t i = 0; i < defs.size(); ++i) {
-    auto it = shards_.find(defs[i].name());
-    if (it == shards_.end()) {
-      if (built[i] == nullptr) {
+    const VariableShardDef* existing = nullptr;
+    if (auto it = shards_.find(defs[i].name()); it != shards_.end()) existing = &it->second->def();
+    if (auto it = dynamic_.find(defs[i].name()); it != dynamic_.end()) existing = &it->second->def();
+    if (existing == nullptr) {
+      if (built[i] == nullptr && built_dynamic[i] == nullptr) {
         // It existed at the first look and is gone now: shards are never deleted, so unreachable.
         return absl::InternalError(absl::StrCat("shard \"", defs[i].name(), "\" vanished"));
       }
       continue;
     }
-    // Compare against the stored definition, whose optimizer defaults are filled in; fill them in
-    // the request too so that "unset" and "the default" compare equal.
-    VariableShardDef wanted = defs[i];
-    if (wanted.has_optimizer()) {
-      absl::StatusOr<std::unique_ptr<Optimizer>> opt = Optimizer::Create(wanted.optimizer());
-      if (opt.ok()) *wanted.mutable_optimizer() = (*opt)->def();
-    }
-    if (!google::protobuf::util::MessageDifferencer::Equals(wanted, it->second->def())) {
+    const VariableShardDef wanted = WithDefaults(defs[i]);
+    if (!google::protobuf::util::MessageDifferencer::Equals(wanted, *existing)) {
       return absl::AlreadyExistsError(absl::StrCat(
           "shard \"", defs[i].name(), "\" already exists with a different definition: ",
-          FirstDifference(it->second->def(), wanted)));
+          FirstDifference(*existing, wanted)));
     }
   }
   for (size_t i = 0; i < defs.size(); ++i) {
-    if (built[i] == nullptr || shards_.contains(defs[i].name())) continue;
-    shards_.emplace(defs[i].name(), std::shared_ptr<VariableShard>(std::move(built[i])));
+    const std::string& name = defs[i].name();
+    if (shards_.contains(name) || dynamic_.contains(name)) continue;
+    if (built[i] != nullptr) {
+      shards_.emplace(name, std::shared_ptr<VariableShard>(std::move(built[i])));
+    } else {
+      dynamic_.emplace(name, std::shared_ptr<DynamicShard>(std::move(built_dynamic[i])));
+    }
     created[i] = true;
   }
   return created;
@@ -84,6 +133,7 @@ std::vector<VariableShardDef> VariableStore::ListShards() const {
   {
     absl::ReaderMutexLock lock(&mu_);
     for (const auto& [name, shard] : shards_) defs.push_back(shard->def());
+    for (const auto& [name, shard] : dynamic_) defs.push_back(shard->def());
   }
   std::sort(defs.begin(), defs.end(), [](const VariableShardDef& a, const VariableShardDef& b) {
     return a.name() < b.name();
@@ -91,10 +141,29 @@ std::vector<VariableShardDef> VariableStore::ListShards() const {
   return defs;
 }
 
+std::vector<DynamicShardStats> VariableStore::DynamicStats() const {
+  std::vector<std::shared_ptr<DynamicShard>> shards;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    for (const auto& [name, shard] : dynamic_) shards.push_back(shard);
+  }
+  std::sort(shards.begin(), shards.end(),
+            [](const auto& a, const auto& b) { return a->name() < b->name(); });
+  std::vector<DynamicShardStats> stats;
+  for (const auto& shard : shards) stats.push_back(shard->Stats());
+  return stats;
+}
+
 std::shared_ptr<VariableShard> VariableStore::Find(const std::string& name) const {
   absl::ReaderMutexLock lock(&mu_);
   auto it = shards_.find(name);
   return it == shards_.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<DynamicShard> VariableStore::FindDynamic(const std::string& name) const {
+  absl::ReaderMutexLock lock(&mu_);
+  auto it = dynamic_.find(name);
+  return it == dynamic_.end() ? nullptr : it->second;
 }
 
 template <typename Ops>
@@ -106,6 +175,10 @@ absl::StatusOr<std::vector<std::shared_ptr<VariableShard>>> VariableStore::FindA
   for (const auto& op : ops) {
     auto it = shards_.find(op.shard());
     if (it == shards_.end()) {
+      if (dynamic_.contains(op.shard())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "shard \"", op.shard(), "\" is a dynamic table's: it has no row ranges"));
+      }
       return absl::NotFoundError(absl::StrCat("unknown variable shard \"", op.shard(),
                                               "\" on this ps (was it created?)"));
     }
@@ -114,28 +187,95 @@ absl::StatusOr<std::vector<std::shared_ptr<VariableShard>>> VariableStore::FindA
   return found;
 }
 
-absl::Status VariableStore::Lookup(const LookupRequest& request, LookupResponse* response) const {
-  ASSIGN_OR_RETURN(auto shards, FindAll(request.ops()));
-  for (int i = 0; i < request.ops_size(); ++i) {
-    RETURN_IF_ERROR(shards[i]->ValidateLookup(request.ops(i).ids()));
+template <typename Ops>
+absl::StatusOr<std::vector<VariableStore::Target>> VariableStore::FindTargets(
+    const Ops& ops) const {
+  std::vector<Target> found(ops.size());
+  absl::ReaderMutexLock lock(&mu_);
+  size_t i = 0;
+  for (const auto& op : ops) {
+    if (auto it = shards_.find(op.shard()); it != shards_.end()) {
+      found[i++].fixed = it->second;
+    } else if (auto d = dynamic_.find(op.shard()); d != dynamic_.end()) {
+      found[i++].dynamic = d->second;
+    } else {
+      return absl::NotFoundError(absl::StrCat("unknown variable shard \"", op.shard(),
+                                              "\" on this ps (was it created?)"));
+    }
   }
-  response->mutable_values()->Reserve(request.ops_size());
+  return found;
+}
+
+DynamicOpContext VariableStore::ContextLocked(int64_t step) const {
+  DynamicOpContext ctx;
+  ctx.step = step;
+  ctx.generation = generation_;
+  ctx.track_erasures = track_erasures_;
+  return ctx;
+}
+
+absl::StatusOr<std::vector<VariableStore::Target>> VariableStore::PlanLookup(
+    const LookupRequest& request, bool* inserts) const {
+  ASSIGN_OR_RETURN(std::vector<Target> targets, FindTargets(request.ops()));
+  *inserts = false;
   for (int i = 0; i < request.ops_size(); ++i) {
-    std::string* out = response->add_values();
-    out->resize(request.ops(i).ids().size() / 8 * shards[i]->row_bytes());
-    shards[i]->Lookup(request.ops(i).ids(), out->data(), pool_.get());
+    const LookupOp& op = request.ops(i);
+    if (targets[i].fixed != nullptr) {
+      if (op.insert()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "shard \"", op.shard(), "\": a training lookup (insert) is for dynamic tables"));
+      }
+      RETURN_IF_ERROR(targets[i].fixed->ValidateLookup(op.ids()));
+    } else {
+      RETURN_IF_ERROR(targets[i].dynamic->ValidateKeys(op.ids(), "lookup"));
+      *inserts = *inserts || op.insert();
+    }
+  }
+  return targets;
+}
+
+absl::Status VariableStore::RunLookup(const LookupRequest& request,
+                                      const std::vector<Target>& targets, bool inserts,
+                                      const std::function<char*(int i)>& out) const {
+  // Training lookups of dynamic tables change them (keys stored, sightings counted): they wait
+  // for a save like updates do.
+  std::optional<absl::ReaderMutexLock> gate;
+  DynamicOpContext ctx;
+  if (inserts) {
+    gate.emplace(&update_gate_);
+    ctx = ContextLocked(request.step());
+  } else {
+    ctx.step = request.step();
+  }
+  for (int i = 0; i < request.ops_size(); ++i) {
+    const LookupOp& op = request.ops(i);
+    if (targets[i].fixed != nullptr) {
+      targets[i].fixed->Lookup(op.ids(), out(i), pool_.get());
+    } else {
+      RETURN_IF_ERROR(targets[i].dynamic->Lookup(op.ids(), op.insert(), ctx, out(i), pool_.get()));
+    }
   }
   return absl::OkStatus();
+}
+
+absl::Status VariableStore::Lookup(const LookupRequest& request, LookupResponse* response) const {
+  bool inserts = false;
+  ASSIGN_OR_RETURN(const std::vector<Target> targets, PlanLookup(request, &inserts));
+  response->mutable_values()->Reserve(request.ops_size());
+  for (int i = 0; i < request.ops_size(); ++i) {
+    response->add_values()->resize(request.ops(i).ids().size() / 8 * targets[i].row_bytes());
+  }
+  return RunLookup(request, targets, inserts,
+                   [&](int i) { return response->mutable_values(i)->data(); });
 }
 
 namespace {
 
 // Writes a message of one length-delimited field 1 per entry of `lengths` (LookupResponse and
-// ReadResponse: `repeated bytes values = 1`) into one buffer from `allocate`; fill(i, out) writes
-// value i's lengths[i] bytes at `out`.
-void WriteValuesMessage(const std::vector<uint64_t>& lengths,
-                        const std::function<char*(size_t bytes)>& allocate,
-                        const std::function<void(size_t i, char* out)>& fill) {
+// ReadResponse: `repeated bytes values = 1`) into one buffer from `allocate`; returns where each
+// value's bytes go.
+std::vector<char*> LayOutValuesMessage(const std::vector<uint64_t>& lengths,
+                                       const std::function<char*(size_t bytes)>& allocate) {
   using google::protobuf::internal::WireFormatLite;
   using google::protobuf::io::CodedOutputStream;
   constexpr uint8_t kValuesTag =
@@ -143,30 +283,28 @@ void WriteValuesMessage(const std::vector<uint64_t>& lengths,
   size_t total = 0;
   for (uint64_t length : lengths) total += 1 + CodedOutputStream::VarintSize64(length) + length;
   uint8_t* out = reinterpret_cast<uint8_t*>(allocate(total));
+  std::vector<char*> values(lengths.size());
   for (size_t i = 0; i < lengths.size(); ++i) {
     *out++ = kValuesTag;
     out = CodedOutputStream::WriteVarint64ToArray(lengths[i], out);
-    fill(i, reinterpret_cast<char*>(out));
+    values[i] = reinterpret_cast<char*>(out);
     out += lengths[i];
   }
+  return values;
 }
 
 }  // namespace
 
 absl::Status VariableStore::LookupSerialized(
     const LookupRequest& request, const std::function<char*(size_t bytes)>& allocate) const {
-  ASSIGN_OR_RETURN(auto shards, FindAll(request.ops()));
-  for (int i = 0; i < request.ops_size(); ++i) {
-    RETURN_IF_ERROR(shards[i]->ValidateLookup(request.ops(i).ids()));
-  }
+  bool inserts = false;
+  ASSIGN_OR_RETURN(const std::vector<Target> targets, PlanLookup(request, &inserts));
   std::vector<uint64_t> lengths(request.ops_size());
   for (int i = 0; i < request.ops_size(); ++i) {
-    lengths[i] = request.ops(i).ids().size() / 8 * shards[i]->row_bytes();
+    lengths[i] = request.ops(i).ids().size() / 8 * targets[i].row_bytes();
   }
-  WriteValuesMessage(lengths, allocate, [&](size_t i, char* out) {
-    shards[i]->Lookup(request.ops(i).ids(), out, pool_.get());
-  });
-  return absl::OkStatus();
+  const std::vector<char*> values = LayOutValuesMessage(lengths, allocate);
+  return RunLookup(request, targets, inserts, [&](int i) { return values[i]; });
 }
 
 absl::StatusOr<VariableStore::ReadPlan> VariableStore::PlanRead(
@@ -186,9 +324,10 @@ absl::StatusOr<VariableStore::ReadPlan> VariableStore::PlanRead(
 absl::Status VariableStore::ReadSerialized(
     const ReadRequest& request, const std::function<char*(size_t bytes)>& allocate) const {
   ASSIGN_OR_RETURN(const ReadPlan plan, PlanRead(request));
-  WriteValuesMessage(plan.bytes, allocate, [&](size_t i, char* out) {
-    plan.shards[i]->Read(plan.ranges[i].first, plan.ranges[i].second, out);
-  });
+  const std::vector<char*> values = LayOutValuesMessage(plan.bytes, allocate);
+  for (int i = 0; i < request.ops_size(); ++i) {
+    plan.shards[i]->Read(plan.ranges[i].first, plan.ranges[i].second, values[i]);
+  }
   return absl::OkStatus();
 }
 
@@ -203,36 +342,79 @@ absl::Status VariableStore::Read(const ReadRequest& request, ReadResponse* respo
 }
 
 absl::Status VariableStore::Update(const UpdateRequest& request) {
-  return Update(ViewsOf(request));
+  return Update(ViewsOf(request), request.step());
 }
 
 absl::Status VariableStore::UpdateWire(const std::vector<absl::string_view>& message) {
   std::vector<UpdateOpView> ops;
-  RETURN_IF_ERROR(ParseUpdateRequest(message, &ops));
-  return Update(ops);
+  int64_t step = 0;
+  RETURN_IF_ERROR(ParseUpdateRequest(message, &ops, &step));
+  return Update(ops, step);
 }
 
-absl::Status VariableStore::Update(const std::vector<UpdateOpView>& ops) {
+absl::Status VariableStore::Update(const std::vector<UpdateOpView>& ops, int64_t step) {
   absl::ReaderMutexLock gate(&update_gate_);
-  ASSIGN_OR_RETURN(auto shards, FindAll(ops));
-  for (size_t i = 0; i < ops.size(); ++i) RETURN_IF_ERROR(shards[i]->ValidateUpdate(ops[i]));
-  for (size_t i = 0; i < ops.size(); ++i) shards[i]->Update(ops[i], pool_.get());
+  ASSIGN_OR_RETURN(const std::vector<Target> targets, FindTargets(ops));
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (targets[i].fixed != nullptr) {
+      RETURN_IF_ERROR(targets[i].fixed->ValidateUpdate(ops[i]));
+    } else {
+      RETURN_IF_ERROR(targets[i].dynamic->ValidateUpdate(ops[i]));
+    }
+  }
+  const DynamicOpContext ctx = ContextLocked(step);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (targets[i].fixed != nullptr) {
+      targets[i].fixed->Update(ops[i], pool_.get());
+    } else {
+      RETURN_IF_ERROR(targets[i].dynamic->Update(ops[i], ctx, pool_.get()));
+    }
+  }
   return absl::OkStatus();
+}
+
+absl::Status VariableStore::Export(const ExportRequest& request, ExportResponse* response) const {
+  std::shared_ptr<DynamicShard> shard = FindDynamic(request.shard());
+  if (shard == nullptr) {
+    if (Find(request.shard()) != nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "export: shard \"", request.shard(), "\" is not a dynamic table's (use Read)"));
+    }
+    return absl::NotFoundError(
+        absl::StrCat("export: unknown dynamic table shard \"", request.shard(), "\" on this ps"));
+  }
+  return shard->Export(request.cursor(), request.max_keys(), request.with_slots(), response);
 }
 
 absl::StatusOr<SaveShardsResponse> VariableStore::SaveShards(const SaveShardsRequest& request) {
   absl::MutexLock gate(&update_gate_);
   std::vector<std::shared_ptr<VariableShard>> shards;
+  std::vector<std::shared_ptr<DynamicShard>> dynamic;
   {
     absl::ReaderMutexLock lock(&mu_);
     for (const auto& [name, shard] : shards_) shards.push_back(shard);
+    for (const auto& [name, shard] : dynamic_) dynamic.push_back(shard);
   }
-  return WriteShardCheckpoint(request.db_path(), shards, request.chunk_bytes());
+  const uint32_t covered = generation_;
+  // Every change from here on belongs to the next generation, whether or not this save completes.
+  ++generation_;
+  if (request.track_erasures()) track_erasures_ = true;
+  ASSIGN_OR_RETURN(SaveShardsResponse response,
+                   WriteShardCheckpoint(request.db_path(), shards, dynamic, request.chunk_bytes(),
+                                        request.delta_since_generation()));
+  response.set_generation(covered);
+  if (request.delta_since_generation() > 0) {
+    // No later delta goes back beyond this one's base: older erasures are no longer needed.
+    for (const auto& shard : dynamic) {
+      shard->ForgetErasuresThrough(request.delta_since_generation());
+    }
+  }
+  return response;
 }
 
 absl::StatusOr<RestoreShardsResponse> VariableStore::RestoreShards(
     const RestoreShardsRequest& request) {
-  ASSIGN_OR_RETURN(auto live, FindAll(request.ops()));
+  ASSIGN_OR_RETURN(const std::vector<Target> live, FindTargets(request.ops()));
   absl::flat_hash_set<std::string> names;
   for (const RestoreShardOp& op : request.ops()) {
     if (!names.insert(op.shard()).second) {
@@ -243,18 +425,29 @@ absl::StatusOr<RestoreShardsResponse> VariableStore::RestoreShards(
   absl::MutexLock lock(&restore_mu_);
   // Drop an older staged restore first: its memory may be needed for this one.
   staged_.clear();
+  staged_dynamic_.clear();
   has_staged_ = false;
   std::vector<std::unique_ptr<VariableShard>> staged;
+  std::vector<std::unique_ptr<DynamicShard>> staged_dynamic;
   ShardCheckpointReader reader;
   RestoreShardsResponse response;
   for (int i = 0; i < request.ops_size(); ++i) {
-    ASSIGN_OR_RETURN(std::unique_ptr<VariableShard> fresh,
-                     VariableShard::Create(live[i]->def(), /*initialize=*/false));
-    ASSIGN_OR_RETURN(int64_t bytes, reader.ReadInto(request.ops(i), fresh.get()));
+    int64_t bytes = 0;
+    if (live[i].fixed != nullptr) {
+      ASSIGN_OR_RETURN(std::unique_ptr<VariableShard> fresh,
+                       VariableShard::Create(live[i].fixed->def(), /*initialize=*/false, &budget_));
+      ASSIGN_OR_RETURN(bytes, reader.ReadInto(request.ops(i), fresh.get()));
+      staged.push_back(std::move(fresh));
+    } else {
+      ASSIGN_OR_RETURN(std::unique_ptr<DynamicShard> fresh,
+                       DynamicShard::Create(live[i].dynamic->def(), &budget_));
+      ASSIGN_OR_RETURN(bytes, reader.ReadDynamicInto(request.ops(i), fresh.get()));
+      staged_dynamic.push_back(std::move(fresh));
+    }
     response.set_bytes(response.bytes() + bytes);
-    staged.push_back(std::move(fresh));
   }
   staged_ = std::move(staged);
+  staged_dynamic_ = std::move(staged_dynamic);
   staged_id_ = request.restore_id();
   has_staged_ = true;
   return response;
@@ -268,13 +461,19 @@ absl::Status VariableStore::CommitRestore(uint64_t restore_id, bool abort) {
   }
   has_staged_ = false;
   std::vector<std::unique_ptr<VariableShard>> staged = std::move(staged_);
+  std::vector<std::unique_ptr<DynamicShard>> staged_dynamic = std::move(staged_dynamic_);
   staged_.clear();
+  staged_dynamic_.clear();
   if (abort) return absl::OkStatus();
   absl::MutexLock gate(&update_gate_);
   absl::MutexLock map_lock(&mu_);
   for (auto& shard : staged) {
     const std::string name = shard->name();
     shards_[name] = std::shared_ptr<VariableShard>(std::move(shard));
+  }
+  for (auto& shard : staged_dynamic) {
+    const std::string name = shard->name();
+    dynamic_[name] = std::shared_ptr<DynamicShard>(std::move(shard));
   }
   return absl::OkStatus();
 }

@@ -1,4 +1,5 @@
-// All the variable shards one ps task holds, and the batched operations on them.
+// All the variable shards one ps task holds (fixed shards and dynamic tables' shards), and the
+// batched operations on them.
 #ifndef PSTRAIN_PS_VARIABLE_STORE_H_
 #define PSTRAIN_PS_VARIABLE_STORE_H_
 
@@ -13,6 +14,8 @@
 #include "absl/synchronization/mutex.h"
 #include "common/thread_pool.h"
 #include "proto/ps_service.pb.h"
+#include "ps/dynamic_shard.h"
+#include "ps/memory_budget.h"
 #include "ps/shard_checkpoint.h"
 #include "ps/variable_shard.h"
 
@@ -27,19 +30,30 @@ class VariableStore {
   // `data_threads`: pool threads that large requests' rows are split across, beside the calling
   // (gRPC) thread; -1 (default): one fewer than the machine's cores, so one request can use every
   // core while the others are idle; 0: none.
-  explicit VariableStore(int data_threads = -1);
+  // `memory_budget_bytes`: the ps's memory budget (0: none), see ps/memory_budget.h.
+  explicit VariableStore(int data_threads = -1, int64_t memory_budget_bytes = 0);
 
   // Creates every shard, or none. A shard that exists with the same definition is left as it is
-  // (created[i] = false). Errors: kInvalidArgument (bad definition, same name twice in the request),
-  // kAlreadyExists (same name, different definition: says which field differs).
+  // (created[i] = false). Errors: kInvalidArgument (bad definition, same name twice in the request,
+  // a shard that disagrees with another shard of its variable held here: says which field),
+  // kAlreadyExists (same name, different definition: says which field differs),
+  // kResourceExhausted (past the memory budget, naming the shard and the bytes).
   absl::StatusOr<std::vector<bool>> CreateShards(const std::vector<VariableShardDef>& defs);
 
+  // Every shard's definition (fixed and dynamic), by name.
   std::vector<VariableShardDef> ListShards() const;
-  // nullptr if unknown.
+  // Every dynamic shard's counters, by name.
+  std::vector<DynamicShardStats> DynamicStats() const;
+  // nullptr if unknown (or of the other kind).
   std::shared_ptr<VariableShard> Find(const std::string& name) const;
+  std::shared_ptr<DynamicShard> FindDynamic(const std::string& name) const;
+  const MemoryBudget& budget() const { return budget_; }
 
-  // Errors for these: kNotFound (unknown shard), kInvalidArgument (as VariableShard's Validate*),
-  // each naming the shard.
+  // Errors for these: kNotFound (unknown shard), kInvalidArgument (as VariableShard's and
+  // DynamicShard's Validate*; a training lookup of a fixed shard), each naming the shard; for
+  // dynamic tables also kResourceExhausted (an insert past the memory budget: that op stores
+  // nothing, the ops before it in the request are applied). Lookups and updates of dynamic tables
+  // take the request's step (LookupRequest.step, UpdateRequest.step).
   absl::Status Lookup(const LookupRequest& request, LookupResponse* response) const;
   // Lookup with the reply written straight in LookupResponse's wire format (field 1, one
   // length-delimited value per op) into ONE buffer of `bytes` that `allocate(bytes)` returns, so a
@@ -56,10 +70,16 @@ class VariableStore {
   // it lies: no copy of the values into protobuf strings. Errors: as Update, plus kInvalidArgument
   // for a malformed message (nothing is applied).
   absl::Status UpdateWire(const std::vector<absl::string_view>& message);
+  // A chunk of a dynamic table's shard. Errors: kNotFound (unknown shard), kInvalidArgument (a
+  // fixed shard, a malformed cursor).
+  absl::Status Export(const ExportRequest& request, ExportResponse* response) const;
 
   // Checkpoints (see ps/shard_checkpoint.h). SaveShards writes every shard into a new database;
-  // updates wait while it writes, so values and slots are of one instant. Errors: as
-  // WriteShardCheckpoint.
+  // updates (and training lookups of dynamic tables) wait while it writes, so values and slots are
+  // of one instant. It covers the store's current generation G and then starts G + 1 (every change
+  // to a dynamic table is stamped with the generation it happened in); with
+  // delta_since_generation B > 0 it writes only the dynamic tables' keys changed after B and those
+  // erased after B. Errors: as WriteShardCheckpoint.
   absl::StatusOr<SaveShardsResponse> SaveShards(const SaveShardsRequest& request);
   // Reads every op into new shards beside the live ones and keeps them under the request's id
   // (replacing any earlier staged restore). Errors: kNotFound (unknown shard), and those of
@@ -73,8 +93,24 @@ class VariableStore {
   // Finds every named shard, in order. Errors: kNotFound naming the first unknown shard.
   template <typename Ops>
   absl::StatusOr<std::vector<std::shared_ptr<VariableShard>>> FindAll(const Ops& ops) const;
+  // An op's shard: one of the two is set.
+  struct Target {
+    std::shared_ptr<VariableShard> fixed;
+    std::shared_ptr<DynamicShard> dynamic;
+    int64_t row_bytes() const { return fixed != nullptr ? fixed->row_bytes() : dynamic->row_bytes(); }
+  };
+  // Finds every named shard of either kind, in order. Errors: kNotFound naming the first unknown.
+  template <typename Ops>
+  absl::StatusOr<std::vector<Target>> FindTargets(const Ops& ops) const;
+  // Validates a lookup request: its targets, and whether any op inserts into a dynamic table.
+  absl::StatusOr<std::vector<Target>> PlanLookup(const LookupRequest& request,
+                                                 bool* inserts) const;
+  // Runs a validated lookup into one buffer per op (out(i)).
+  absl::Status RunLookup(const LookupRequest& request, const std::vector<Target>& targets,
+                         bool inserts, const std::function<char*(int i)>& out) const;
   // Validates every op, then applies them.
-  absl::Status Update(const std::vector<UpdateOpView>& ops);
+  absl::Status Update(const std::vector<UpdateOpView>& ops, int64_t step);
+  DynamicOpContext ContextLocked(int64_t step) const ABSL_SHARED_LOCKS_REQUIRED(update_gate_);
   // A validated read request: per op, its shard, local rows [begin, end) and reply bytes.
   struct ReadPlan {
     std::vector<std::shared_ptr<VariableShard>> shards;
@@ -84,18 +120,26 @@ class VariableStore {
   absl::StatusOr<ReadPlan> PlanRead(const ReadRequest& request) const;
 
   std::unique_ptr<ThreadPool> pool_;  // null: no helper threads
+  MemoryBudget budget_;
 
-  // Updates hold it shared; a save or a restore's swap holds it exclusively.
-  absl::Mutex update_gate_;
+  // Updates and training lookups of dynamic tables hold it shared; a save or a restore's swap
+  // holds it exclusively.
+  mutable absl::Mutex update_gate_;
+  // Below: guarded by update_gate_. The generation changes are stamped with, and whether erased
+  // keys are remembered (from the first save that asks for it: incremental checkpoints).
+  uint32_t generation_ ABSL_GUARDED_BY(update_gate_) = 1;
+  bool track_erasures_ ABSL_GUARDED_BY(update_gate_) = false;
 
   mutable absl::Mutex mu_;
-  // Below: guarded by mu_.
+  // Below: guarded by mu_. A name is in one of the two maps.
   absl::flat_hash_map<std::string, std::shared_ptr<VariableShard>> shards_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::shared_ptr<DynamicShard>> dynamic_ ABSL_GUARDED_BY(mu_);
 
   absl::Mutex restore_mu_;
   // Below: guarded by restore_mu_. The staged restore, if any.
   uint64_t staged_id_ ABSL_GUARDED_BY(restore_mu_) = 0;
   std::vector<std::unique_ptr<VariableShard>> staged_ ABSL_GUARDED_BY(restore_mu_);
+  std::vector<std::unique_ptr<DynamicShard>> staged_dynamic_ ABSL_GUARDED_BY(restore_mu_);
   bool has_staged_ ABSL_GUARDED_BY(restore_mu_) = false;
 };
 

@@ -16,6 +16,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 template <typename T>
@@ -534,8 +535,39 @@ TEST(VariableStoreInt64Test, Int64Counters_AssignAddAndLookup) {
 
   def.mutable_optimizer()->set_kind(OptimizerDef::SGD);
   def.set_name("steps2");
+  def.set_variable("steps2");
   EXPECT_THAT(std::string(store.CreateShards({def}).status().message()),
               HasSubstr("only float32 variables can have an optimizer"));
+}
+
+// Shards of one variable that disagree (here: Adam on part_0, SGD on part_1) are refused, naming
+// the variable and the field, whether they come in one request or one after the other; a save
+// would otherwise write shards of one variable with different slots.
+TEST(VariableStoreCreateTest, ShardsOfOneVariableThatDisagree_InvalidArgumentNamingTheField) {
+  VariableStore store(/*data_threads=*/0);
+  VariableShardDef a;
+  a.set_name("a/part_0");
+  a.set_variable("a");
+  a.add_full_shape(4);
+  a.set_dtype(DT_FLOAT32);
+  a.set_num_rows(2);
+  a.set_num_shards(2);
+  a.mutable_optimizer()->set_kind(OptimizerDef::ADAM);
+  VariableShardDef b = a;
+  b.set_name("a/part_1");
+  b.set_row_offset(2);
+  b.set_shard_index(1);
+  b.mutable_optimizer()->set_kind(OptimizerDef::SGD);
+  EXPECT_THAT(store.CreateShards({a, b}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("\"a/part_1\""), HasSubstr("variable \"a\""),
+                             HasSubstr("optimizer"))));
+  ASSERT_TRUE(store.CreateShards({a}).ok());
+  EXPECT_THAT(store.CreateShards({b}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("optimizer")));
+  b.mutable_optimizer()->set_kind(OptimizerDef::ADAM);
+  EXPECT_TRUE(store.CreateShards({b}).ok());  // agreeing: fine
+  EXPECT_EQ(store.ListShards().size(), 2u);
 }
 
 }  // namespace

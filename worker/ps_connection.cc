@@ -38,9 +38,24 @@ absl::StatusOr<ShardedVariable> PsConnection::Variable(const std::string& name) 
   return it->second;
 }
 
+absl::StatusOr<DynamicTable> PsConnection::Table(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  auto it = tables_.find(name);
+  if (it != tables_.end()) return it->second;
+  absl::Status refreshed = RefreshLocked();
+  if (!refreshed.ok()) return refreshed;
+  it = tables_.find(name);
+  if (it == tables_.end()) {
+    return absl::NotFoundError(absl::StrCat("dynamic table \"", name,
+                                            "\" is not (completely) on the ps tasks; was it created?"));
+  }
+  return it->second;
+}
+
 void PsConnection::Invalidate() {
   absl::MutexLock lock(&mu_);
   variables_.clear();
+  tables_.clear();
 }
 
 absl::Status PsConnection::RefreshLocked() {
@@ -56,8 +71,22 @@ absl::Status PsConnection::RefreshLocked() {
     std::vector<ShardLocation> shards;
   };
   std::map<std::string, Found> found;
+  // Dynamic tables: each shard's name and ps task, by shard index.
+  struct FoundTable {
+    int64_t dim = 0;
+    int num_shards = 0;
+    std::map<int, std::pair<std::string, int>> shards;
+  };
+  std::map<std::string, FoundTable> found_tables;
   for (int i = 0; i < n; ++i) {
     for (const VariableShardDef& def : responses[i].shards()) {
+      if (def.has_dynamic()) {
+        FoundTable& t = found_tables[def.variable()];
+        t.dim = def.dynamic().dim();
+        t.num_shards = def.num_shards();
+        t.shards[def.shard_index()] = {def.name(), i};
+        continue;
+      }
       Found& f = found[def.variable()];
       f.def = def;
       f.shards.push_back(ShardLocation{def.name(), def.row_offset(), def.num_rows(), i});
@@ -73,6 +102,17 @@ absl::Status PsConnection::RefreshLocked() {
     absl::StatusOr<ShardedVariable> v =
         ShardedVariable::Create(name, shape, f.def.dtype(), f.shards, ps);
     if (v.ok()) variables_.insert_or_assign(name, *std::move(v));  // incomplete: left out
+  }
+  for (auto& [name, t] : found_tables) {
+    if (static_cast<int>(t.shards.size()) != t.num_shards) continue;  // incomplete: left out
+    std::vector<std::string> names;
+    std::vector<int> tasks;
+    for (const auto& [index, shard] : t.shards) {
+      names.push_back(shard.first);
+      tasks.push_back(shard.second);
+    }
+    absl::StatusOr<DynamicTable> table = DynamicTable::Create(name, t.dim, names, tasks, ps);
+    if (table.ok()) tables_.insert_or_assign(name, *std::move(table));
   }
   return absl::OkStatus();
 }

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "ps/ps_client.h"
+#include "ps/dynamic_table.h"
 #include "ps/sharded_variable.h"
 
 namespace pstrain {
@@ -32,6 +33,9 @@ class PsConnection {
   // first call). Errors: kNotFound naming the variable (no ps holds it, or its shards don't cover
   // it: not all created yet), and the ps errors (kUnavailable naming the ps).
   absl::StatusOr<ShardedVariable> Variable(const std::string& name);
+  // The handle of dynamic table `name`, from the shards the ps tasks list (cached). Errors:
+  // kNotFound naming the table (not (completely) created), and the ps errors.
+  absl::StatusOr<DynamicTable> Table(const std::string& name);
   // Forgets cached handles (after variables were re-created, e.g. a ps restarted).
   void Invalidate();
 
@@ -42,6 +46,7 @@ class PsConnection {
   absl::Mutex mu_;
   // Below: guarded by mu_.
   std::map<std::string, ShardedVariable> variables_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, DynamicTable> tables_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pstrain
