@@ -1,6 +1,8 @@
 // Lists the checkpoints in a directory, or shows one checkpoint's variables:
 //
-//   bazel run //coordinator:ckpt_inspect -- DIR                 every checkpoint: step, time, size
+//   bazel run //coordinator:ckpt_inspect -- DIR                 every checkpoint: step, time, size,
+//                                                               keys of dynamic tables, and its
+//                                                               place in an incremental chain
 //   bazel run //coordinator:ckpt_inspect -- DIR --step=120      its variables, shapes, shards
 //   bazel run //coordinator:ckpt_inspect -- DIR/ckpt-000000000120
 //
@@ -40,11 +42,29 @@ std::string Shape(const google::protobuf::RepeatedField<int64_t>& dims) {
   return ShapeToString(pstrain::Shape(dims.begin(), dims.end()));
 }
 
+// Keys of every dynamic table a checkpoint holds (a delta: keys changed since its base).
+int64_t TableKeys(const CheckpointManifest& m) {
+  int64_t keys = 0;
+  for (const SavedVariable& v : m.variables()) {
+    for (const SavedShardInfo& s : v.shards()) keys += s.keys();
+  }
+  return keys;
+}
+
+// "full", "full (chain start)" or "delta 2 on ckpt-000000000120".
+std::string Kind(const CheckpointManifest& m) {
+  if (!m.base().empty()) return absl::StrCat("delta ", m.delta_index(), " on ", m.base());
+  return m.incremental() ? "full (starts a chain)" : "full";
+}
+
 int List(const std::string& dir, bool json) {
   absl::StatusOr<std::vector<CheckpointEntry>> all = ListCheckpointDirs(dir);
   if (!all.ok()) return Fail(std::string(all.status().message()));
   nlohmann::json out = nlohmann::json::array();
-  if (!json) std::printf("%-12s %-20s %10s %9s %s\n", "step", "saved (UTC)", "MB", "variables", "path");
+  if (!json) {
+    std::printf("%-12s %-20s %10s %9s %12s  %-28s %s\n", "step", "saved (UTC)", "MB", "variables",
+                "table keys", "kind", "path");
+  }
   for (const CheckpointEntry& e : *all) {
     absl::StatusOr<CheckpointManifest> m = ReadManifest(e.path);
     nlohmann::json j = {{"step", e.step}, {"path", e.path}, {"complete", m.ok()}};
@@ -53,18 +73,22 @@ int List(const std::string& dir, bool json) {
       j["bytes"] = m->total_bytes();
       j["variables"] = m->variables_size();
       j["num_ps"] = m->num_ps();
+      j["table_keys"] = TableKeys(*m);
+      j["kind"] = Kind(*m);
+      if (!m->base().empty()) j["base"] = m->base();
     } else {
       j["problem"] = std::string(m.status().message());
     }
     out.push_back(j);
     if (json) continue;
     if (m.ok()) {
-      std::printf("%-12lld %-20s %10.1f %9d %s\n", static_cast<long long>(e.step),
+      std::printf("%-12lld %-20s %10.1f %9d %12lld  %-28s %s\n", static_cast<long long>(e.step),
                   When(m->created_unix_micros()).c_str(), m->total_bytes() / 1e6,
-                  m->variables_size(), e.path.c_str());
+                  m->variables_size(), static_cast<long long>(TableKeys(*m)), Kind(*m).c_str(),
+                  e.path.c_str());
     } else {
-      std::printf("%-12lld %-20s %10s %9s %s  (%s)\n", static_cast<long long>(e.step), "-", "-", "-",
-                  e.path.c_str(),
+      std::printf("%-12lld %-20s %10s %9s %12s  %-28s %s  (%s)\n", static_cast<long long>(e.step),
+                  "-", "-", "-", "-", "-", e.path.c_str(),
                   e.complete ? "CORRUPT" : "incomplete: no manifest (a save that did not finish)");
     }
   }
@@ -80,21 +104,43 @@ int Show(const std::string& path, bool json) {
                         {"step", m->step()},
                         {"saved_utc", When(m->created_unix_micros())},
                         {"bytes", m->total_bytes()},
-                        {"num_ps", m->num_ps()}};
+                        {"num_ps", m->num_ps()},
+                        {"kind", Kind(*m)}};
+  // The chain back to its full checkpoint.
+  nlohmann::json chain = nlohmann::json::array();
+  for (std::string at = path;;) {
+    absl::StatusOr<CheckpointManifest> c = ReadManifest(at);
+    if (!c.ok()) {
+      chain.push_back({{"path", at}, {"problem", std::string(c.status().message())}});
+      break;
+    }
+    chain.push_back({{"path", at}, {"step", c->step()}, {"kind", Kind(*c)},
+                     {"table_keys", TableKeys(*c)}, {"bytes", c->total_bytes()}});
+    if (c->base().empty()) break;
+    at = at.substr(0, at.find_last_of('/') + 1) + c->base();
+  }
+  out["chain"] = chain;
   nlohmann::json state = nlohmann::json::object();
   for (const auto& [k, v] : m->state()) state[k] = v;
   out["state"] = state;
   nlohmann::json vars = nlohmann::json::array();
   for (const SavedVariable& v : m->variables()) {
     nlohmann::json shards = nlohmann::json::array();
-    int64_t bytes = 0;
+    int64_t bytes = 0, keys = 0;
     for (const SavedShardInfo& s : v.shards()) {
-      shards.push_back({{"shard", s.shard()},
-                        {"ps", s.ps()},
-                        {"rows", {s.row_offset(), s.row_offset() + s.num_rows()}},
-                        {"bytes", s.bytes()},
-                        {"apply_count", s.apply_count()}});
+      nlohmann::json shard = {{"shard", s.shard()},
+                               {"ps", s.ps()},
+                               {"bytes", s.bytes()},
+                               {"apply_count", s.apply_count()}};
+      if (v.has_dynamic()) {
+        shard["keys"] = s.keys();
+        shard["erased_keys"] = s.erased_keys();
+      } else {
+        shard["rows"] = {s.row_offset(), s.row_offset() + s.num_rows()};
+      }
+      shards.push_back(shard);
       bytes += s.bytes();
+      keys += s.keys();
     }
     vars.push_back({{"name", v.name()},
                     {"shape", Shape(v.full_shape())},
@@ -104,6 +150,8 @@ int Show(const std::string& path, bool json) {
                     {"slots", std::vector<std::string>(v.slot_names().begin(),
                                                        v.slot_names().end())},
                     {"bytes", bytes},
+                    {"dynamic", v.has_dynamic()},
+                    {"keys", keys},
                     {"shards", shards}});
   }
   out["variables"] = vars;
@@ -117,6 +165,21 @@ int Show(const std::string& path, bool json) {
   for (const auto& [k, v] : m->state()) {
     std::printf("  state %s = %s\n", k.c_str(), v.size() <= 64 ? v.c_str() : "(binary)");
   }
+  std::printf("  %s\n", Kind(*m).c_str());
+  if (chain.size() > 1) {
+    std::printf("  chain (a restore applies these in order):\n");
+    for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+      if (it->contains("problem")) {
+        std::printf("    %s  PROBLEM: %s\n", (*it)["path"].get<std::string>().c_str(),
+                    (*it)["problem"].get<std::string>().c_str());
+        continue;
+      }
+      std::printf("    %-50s %-30s %10lld keys %10.2f MB\n", (*it)["path"].get<std::string>().c_str(),
+                  (*it)["kind"].get<std::string>().c_str(),
+                  static_cast<long long>((*it)["table_keys"].get<int64_t>()),
+                  (*it)["bytes"].get<int64_t>() / 1e6);
+    }
+  }
   for (const auto& v : vars) {
     std::printf("  %-28s %-14s %-8s %-9s %10.2f MB  slots [%s]\n",
                 v["name"].get<std::string>().c_str(), v["shape"].get<std::string>().c_str(),
@@ -124,6 +187,14 @@ int Show(const std::string& path, bool json) {
                 v["bytes"].get<int64_t>() / 1e6,
                 absl::StrJoin(v["slots"].get<std::vector<std::string>>(), ",").c_str());
     for (const auto& s : v["shards"]) {
+      if (v["dynamic"].get<bool>()) {
+        std::printf("      %-30s ps:%-3d %lld keys, %lld erased  %.2f MB\n",
+                    s["shard"].get<std::string>().c_str(), s["ps"].get<int>(),
+                    static_cast<long long>(s["keys"].get<int64_t>()),
+                    static_cast<long long>(s["erased_keys"].get<int64_t>()),
+                    s["bytes"].get<int64_t>() / 1e6);
+        continue;
+      }
       std::printf("      %-30s ps:%-3d rows [%lld, %lld)  %.2f MB\n",
                   s["shard"].get<std::string>().c_str(), s["ps"].get<int>(),
                   static_cast<long long>(s["rows"][0].get<int64_t>()),

@@ -63,6 +63,7 @@ absl::StatusOr<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(
   ASSIGN_OR_RETURN(ClusterSpec spec, ClusterSpec::Create(std::move(jobs)));
   std::unique_ptr<InProcessCluster> cluster(new InProcessCluster(std::move(spec)));
   cluster->registry_ = options.registry;
+  cluster->ps_memory_budget_bytes_ = options.ps_memory_budget_bytes;
   {
     absl::MutexLock lock(&cluster->mu_);
     for (const TaskRef& task : cluster->spec_.AllTasks()) {
@@ -90,6 +91,7 @@ absl::Status InProcessCluster::StartTaskLocked(const TaskRef& task) {
     PsServerOptions options;
     options.task_index = task.index;
     options.listen_address = address;
+    options.memory_budget_bytes = ps_memory_budget_bytes_;
     ASSIGN_OR_RETURN(ps_[task.index], PsServer::Start(options));
   } else {
     WorkerServerOptions options;

@@ -24,6 +24,8 @@ struct InProcessClusterOptions {
   int num_ps = 1;
   // Host part of every task's address. Default "localhost".
   std::string host = "localhost";
+  // Each ps task's memory budget in bytes (see PsServerOptions). Default 0: none.
+  int64_t ps_memory_budget_bytes = 0;
   // The closures and datasets every worker can run. Default (nullptr): the built-in ones.
   std::shared_ptr<const ClosureRegistry> registry;
 };
@@ -68,6 +70,7 @@ class InProcessCluster {
 
   const ClusterSpec spec_;
   std::shared_ptr<const ClosureRegistry> registry_;
+  int64_t ps_memory_budget_bytes_ = 0;
   mutable absl::Mutex mu_;
   // Below: guarded by mu_. A stopped task has no entry.
   std::map<int, std::unique_ptr<PsServer>> ps_ ABSL_GUARDED_BY(mu_);

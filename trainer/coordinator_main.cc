@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "common/byte_size.h"
 #include "common/logging.h"
 #include "cluster/spec_flag.h"
 #include "absl/time/clock.h"
@@ -76,7 +77,17 @@ ABSL_FLAG(bool, restore_skip_missing, false,
 ABSL_FLAG(int64_t, checkpoint_every_steps, 0, "Save a checkpoint every N steps (0: not by steps).");
 ABSL_FLAG(absl::Duration, checkpoint_every, absl::Seconds(30),
           "Save a checkpoint this often (0: not by time). A final one is always saved.");
-ABSL_FLAG(int, keep_checkpoints, 3, "Checkpoints kept.");
+ABSL_FLAG(int, keep_checkpoints, 3,
+          "Checkpoints kept (with --checkpoint_incremental, whole chains: a checkpoint stays while "
+          "it is one of the newest N or the base of one).");
+ABSL_FLAG(bool, checkpoint_incremental, false,
+          "Incremental checkpoints: after a full one, each save holds only the dynamic tables' keys "
+          "changed or erased since the previous (fixed variables are saved whole every time).");
+ABSL_FLAG(int, full_checkpoint_every, 10,
+          "With --checkpoint_incremental: checkpoints per chain (a full one, then deltas).");
+ABSL_FLAG(std::string, ps_memory_budget, "0",
+          "In-process cluster: each ps task's memory budget (bytes, or with K, M, G, T; 0: none). "
+          "With separate processes, give each ps_server --memory_budget.");
 ABSL_FLAG(std::string, logdir, "runs/{model}",
           "TensorBoard event files go here ({model} is replaced; empty: none).");
 ABSL_FLAG(int64_t, steps, 2000, "sum job: closures to schedule.");
@@ -193,6 +204,12 @@ int RunTrainJob(const ClusterSpec& spec) {
   trainer.checkpoint_every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
   trainer.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
   trainer.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
+  trainer.checkpoint_incremental = absl::GetFlag(FLAGS_checkpoint_incremental);
+  trainer.full_checkpoint_every = absl::GetFlag(FLAGS_full_checkpoint_every);
+  if (trainer.full_checkpoint_every < 1) {
+    return Fail(absl::StrCat("--full_checkpoint_every=", trainer.full_checkpoint_every,
+                             " must be at least 1"));
+  }
   trainer.logdir = WithModel(absl::GetFlag(FLAGS_logdir), name);
   absl::StatusOr<TrainResult> result = Train(spec, model->get(), trainer);
   if (!result.ok()) return Fail(std::string(result.status().message()));
@@ -221,6 +238,9 @@ int Run() {
     absl::StatusOr<std::shared_ptr<const ClosureRegistry>> registry = TrainingRegistry();
     if (!registry.ok()) return Fail(std::string(registry.status().message()));
     options->registry = *registry;
+    absl::StatusOr<int64_t> budget = ParseByteSize(absl::GetFlag(FLAGS_ps_memory_budget));
+    if (!budget.ok()) return Fail(absl::StrCat("--ps_memory_budget: ", budget.status().message()));
+    options->ps_memory_budget_bytes = *budget;
     absl::StatusOr<std::unique_ptr<InProcessCluster>> cluster = InProcessCluster::Start(*options);
     if (!cluster.ok()) return Fail(absl::StrCat("in-process cluster: ", cluster.status().message()));
     in_process = std::move(*cluster);

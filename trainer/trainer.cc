@@ -36,6 +36,15 @@ std::string TrainResult::ToJson() const {
   j["final_loss"] = final_loss;
   for (const auto& [k, v] : metrics.values) j[k] = v;
   for (const auto& [k, v] : metrics.notes) j[k] = v;
+  for (const auto& [name, t] : tables) {
+    j["tables"][name] = {{"keys", t.keys()},
+                         {"bytes", t.bytes()},
+                         {"admitted", t.admitted()},
+                         {"rejected", t.rejected()},
+                         {"evicted_ttl", t.evicted_ttl()},
+                         {"evicted_capacity", t.evicted_capacity()},
+                         {"erased", t.erased()}};
+  }
   return j.dump();
 }
 
@@ -85,6 +94,8 @@ absl::StatusOr<TrainResult> Train(const ClusterSpec& spec, Model* model,
     CheckpointOptions c;
     c.dir = options.checkpoint_dir;
     c.keep = options.keep_checkpoints;
+    c.incremental = options.checkpoint_incremental;
+    c.full_every = options.full_checkpoint_every;
     ASSIGN_OR_RETURN(checkpoints, CheckpointManager::Create(c, coordinator->ps()->clients(),
                                                             coordinator->variables()));
   }
@@ -223,6 +234,20 @@ absl::StatusOr<TrainResult> Train(const ClusterSpec& spec, Model* model,
       result.train_seconds > 0 ? result.examples / result.train_seconds : 0;
   if (start < total || !restored.has_value()) RETURN_IF_ERROR(save(total));
 
+  for (const auto& [name, table] : coordinator->variables()->tables()) {
+    ASSIGN_OR_RETURN(std::vector<DynamicShardStats> shards, table.Stats());
+    DynamicShardStats& sum = result.tables[name];
+    for (const DynamicShardStats& s : shards) {
+      sum.set_keys(sum.keys() + s.keys());
+      sum.set_bytes(sum.bytes() + s.bytes());
+      sum.set_admitted(sum.admitted() + s.admitted());
+      sum.set_rejected(sum.rejected() + s.rejected());
+      sum.set_evicted_ttl(sum.evicted_ttl() + s.evicted_ttl());
+      sum.set_evicted_capacity(sum.evicted_capacity() + s.evicted_capacity());
+      sum.set_erased(sum.erased() + s.erased());
+      sum.set_dropped_gradients(sum.dropped_gradients() + s.dropped_gradients());
+    }
+  }
   if (options.evaluate) {
     ASSIGN_OR_RETURN(result.metrics, model->Evaluate(coordinator.get()));
     if (events != nullptr) {

@@ -15,6 +15,7 @@
 #define PSTRAIN_TRAINER_TRAINER_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -42,6 +43,10 @@ struct TrainerOptions {
   absl::Duration checkpoint_every = absl::ZeroDuration();
   // Checkpoints kept. Default 3.
   int keep_checkpoints = 3;
+  // Incremental checkpoints (dynamic tables' changes only, a full one every
+  // full_checkpoint_every; see CheckpointOptions). Default false.
+  bool checkpoint_incremental = false;
+  int full_checkpoint_every = 10;
   // TensorBoard event files go here. Default "": none.
   std::string logdir;
   // Scalars (loss, examples/s) are written every this many steps. Default 20.
@@ -69,6 +74,9 @@ struct TrainResult {
   double examples_per_sec = 0;
   double final_loss = 0;        // mean loss of the last collected steps
   ModelMetrics metrics;
+  // Each dynamic table's counters at the end, summed over its shards (keys, admitted, rejected,
+  // evicted by TTL and by capacity, erased, bytes).
+  std::map<std::string, DynamicShardStats> tables;
 
   // One line of JSON: the run's summary.
   std::string ToJson() const;
