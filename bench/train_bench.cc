@@ -110,6 +110,9 @@ ModelOptions BenchModelOptions() {
   ModelOptions options;
   options.data = absl::GetFlag(FLAGS_data);
   options.batch_size = absl::GetFlag(FLAGS_batch_size);
+  // The cluster against a single process doing the same math on local tables: the hashed tables,
+  // which the single process can hold as arrays.
+  options.extra["embedding"] = "hashed";
   if (absl::GetFlag(FLAGS_hash_rows) > 0) {
     options.extra["hash_rows"] = absl::StrCat(absl::GetFlag(FLAGS_hash_rows));
   }

@@ -30,10 +30,12 @@ std::shared_ptr<const std::vector<int64_t>> EpochBatches::Order(int64_t epoch) {
     std::swap((*order)[i], (*order)[j]);
   }
   absl::MutexLock lock(&mu_);
-  auto [it, inserted] = orders_.emplace(epoch, std::move(order));
+  // Another closure may have made it meanwhile: use theirs. Taken before trimming, which may drop
+  // this very epoch (a straggler of an old epoch, older than the epochs kept).
+  std::shared_ptr<const std::vector<int64_t>> result = orders_.emplace(epoch, std::move(order)).first->second;
   // Keep a few recent epochs (closures of neighbouring epochs overlap under async training).
   while (orders_.size() > 3) orders_.erase(orders_.begin());
-  return it->second;
+  return result;
 }
 
 std::vector<int64_t> EpochBatches::Batch(int64_t step) {

@@ -30,6 +30,20 @@ TEST(EpochBatchesTest, SameSeedAndStep_SameBatchAnywhere_EpochsDiffer) {
   EXPECT_NE(a.Batch(0), a.Batch(a.steps_per_epoch()));  // epoch 1 is shuffled anew
 }
 
+// A straggler of an old epoch (async training runs closures out of order) after three later
+// epochs are cached: its order is made, returned whole, and not kept. (It used to be dropped from
+// the cache before it was returned, handing back freed memory.)
+TEST(EpochBatchesTest, OldEpochAfterThreeNewerOnes_ReturnsItsWholeOrder) {
+  // Two steps per epoch: step 2e is epoch e's first batch.
+  EpochBatches batches(/*num_examples=*/500, /*batch_size=*/256, /*seed=*/1);
+  EpochBatches fresh(/*num_examples=*/500, /*batch_size=*/256, /*seed=*/1);
+  for (int64_t step : {10, 8, 6}) batches.Batch(step);
+  for (int round = 0; round < 3; ++round) {
+    EXPECT_EQ(batches.Batch(/*step=*/2), fresh.Batch(2));
+    EXPECT_EQ(batches.Batch(/*step=*/3), fresh.Batch(3));
+  }
+}
+
 TEST(ExtraOptionsTest, UnknownKey_FinishNamesIt) {
   ExtraOptions extra("m", {{"l2", "0.5"}, {"colour", "red"}});
   EXPECT_EQ(*extra.GetDouble("l2", 0), 0.5);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -28,12 +29,13 @@ constexpr int64_t kEvalChunk = 16384;
 class FlightsResource : public Dataset {
  public:
   FlightsResource(FlightsData data, ReplicaGroup* replicas, int64_t batch_size, uint64_t seed,
-                  std::vector<int> features, int64_t hash_rows, CtrNetShape shape)
+                  std::vector<int> features, int64_t hash_rows, bool dynamic, CtrNetShape shape)
       : data_(std::move(data)),
         replicas_(replicas),
         batches_(static_cast<int64_t>(data_.train.size()), batch_size, seed),
         features_(std::move(features)),
         hash_rows_(hash_rows),
+        dynamic_(dynamic),
         shape_(shape),
         dense_ids_(std::max(shape.input(), shape.hidden)) {
     std::iota(dense_ids_.begin(), dense_ids_.end(), int64_t{0});
@@ -50,7 +52,7 @@ class FlightsResource : public Dataset {
     const std::vector<int64_t> rows = batches_.Batch(step);
     const int64_t nf = static_cast<int64_t>(features_.size());
     std::vector<int64_t> ids(rows.size() * nf);
-    HashFlights(data_.train, rows, features_, hash_rows_, ids.data());
+    Ids(data_.train, rows, ids.data());
     std::vector<float> labels;
     for (int64_t r : rows) labels.push_back(data_.train[r].label);
     const int64_t n = static_cast<int64_t>(rows.size());
@@ -65,6 +67,16 @@ class FlightsResource : public Dataset {
   EpochBatches& batches() { return batches_; }
   const std::vector<int>& features() const { return features_; }
   int64_t hash_rows() const { return hash_rows_; }
+  // embedding=dynamic: the tables take the features' 64-bit keys.
+  bool dynamic() const { return dynamic_; }
+  // The rows' ids: 64-bit keys (dynamic) or hashed rows.
+  void Ids(const std::vector<Flight>& flights, absl::Span<const int64_t> rows, int64_t* out) const {
+    if (dynamic_) {
+      KeyFlights(flights, rows, features_, out);
+    } else {
+      HashFlights(flights, rows, features_, hash_rows_, out);
+    }
+  }
   const CtrNetShape& shape() const { return shape_; }
   // 0, 1, 2, ...: the row ids of a whole dense variable.
   absl::Span<const int64_t> DenseIds(int64_t rows) const {
@@ -77,26 +89,36 @@ class FlightsResource : public Dataset {
   EpochBatches batches_;
   const std::vector<int> features_;
   const int64_t hash_rows_;
+  const bool dynamic_;
   const CtrNetShape shape_;
   std::vector<int64_t> dense_ids_;
   absl::Mutex mu_;
   int64_t next_step_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-// The model's variables, found by name on the ps tasks.
+// The model's variables, found by name on the ps tasks: the two tables as fixed (hashed) variables
+// or dynamic tables, and the dense weights.
 struct CtrVars {
-  ShardedVariable emb, lr, w1, b1, w2, b2, lr_bias;
+  std::optional<ShardedVariable> emb, lr;
+  std::optional<DynamicTable> emb_table, lr_table;
+  ShardedVariable w1, b1, w2, b2, lr_bias;
 };
 
-absl::StatusOr<CtrVars> FindVars(PsConnection* ps) {
-  ASSIGN_OR_RETURN(ShardedVariable emb, ps->Variable(kCtrEmbedding));
-  ASSIGN_OR_RETURN(ShardedVariable lr, ps->Variable(kCtrLrWeights));
+absl::StatusOr<CtrVars> FindVars(PsConnection* ps, bool dynamic) {
   ASSIGN_OR_RETURN(ShardedVariable w1, ps->Variable(kCtrW1));
   ASSIGN_OR_RETURN(ShardedVariable b1, ps->Variable(kCtrB1));
   ASSIGN_OR_RETURN(ShardedVariable w2, ps->Variable(kCtrW2));
   ASSIGN_OR_RETURN(ShardedVariable b2, ps->Variable(kCtrB2));
   ASSIGN_OR_RETURN(ShardedVariable lr_bias, ps->Variable(kCtrLrBias));
-  return CtrVars{emb, lr, w1, b1, w2, b2, lr_bias};
+  CtrVars v{std::nullopt, std::nullopt, std::nullopt, std::nullopt, w1, b1, w2, b2, lr_bias};
+  if (dynamic) {
+    ASSIGN_OR_RETURN(v.emb_table, ps->Table(kCtrEmbedding));
+    ASSIGN_OR_RETURN(v.lr_table, ps->Table(kCtrLrWeights));
+  } else {
+    ASSIGN_OR_RETURN(v.emb, ps->Variable(kCtrEmbedding));
+    ASSIGN_OR_RETURN(v.lr, ps->Variable(kCtrLrWeights));
+  }
+  return v;
 }
 
 // The dense weights as pulled for one step.
@@ -127,15 +149,16 @@ Device* HostDevice() {
   return device;
 }
 
-// Hashes and dedupes flights[rows], then pulls their rows and every dense weight: one lookup
-// request per ps.
+// Keys (or hashes) and dedupes flights[rows], then pulls their rows and every dense weight: one
+// lookup request per ps. `step`: the global step of a training pull (dynamic tables store the keys
+// they lack then), 0 for evaluation.
 absl::Status Pull(const CtrVars& v, const FlightsResource& res, const std::vector<Flight>& flights,
-                  absl::Span<const int64_t> rows, Pulled* p) {
+                  absl::Span<const int64_t> rows, int64_t step, Pulled* p) {
   const int64_t n = static_cast<int64_t>(rows.size());
   const CtrNetShape& shape = res.shape();
   const int64_t f = shape.features;
   p->ids.resize(n * f);
-  HashFlights(flights, rows, res.features(), res.hash_rows(), p->ids.data());
+  res.Ids(flights, rows, p->ids.data());
   p->labels.resize(n);
   for (int64_t i = 0; i < n; ++i) p->labels[i] = flights[rows[i]].label;
   p->unique.resize(n * f);
@@ -153,8 +176,15 @@ absl::Status Pull(const CtrVars& v, const FlightsResource& res, const std::vecto
   d.lr_bias.resize(1);
   auto out = [](std::vector<float>& x) { return reinterpret_cast<char*>(x.data()); };
   LookupBatch lookup;
-  RETURN_IF_ERROR(lookup.Add(v.emb, unique, out(p->emb)));
-  RETURN_IF_ERROR(lookup.Add(v.lr, unique, out(p->lr)));
+  if (v.emb_table.has_value()) {
+    const LookupMode mode = step > 0 ? LookupMode::kTrain : LookupMode::kEval;
+    lookup.set_step(step);
+    RETURN_IF_ERROR(lookup.Add(*v.emb_table, unique, out(p->emb), mode));
+    RETURN_IF_ERROR(lookup.Add(*v.lr_table, unique, out(p->lr), mode));
+  } else {
+    RETURN_IF_ERROR(lookup.Add(*v.emb, unique, out(p->emb)));
+    RETURN_IF_ERROR(lookup.Add(*v.lr, unique, out(p->lr)));
+  }
   RETURN_IF_ERROR(lookup.Add(v.w1, res.DenseIds(shape.input()), out(d.w1)));
   RETURN_IF_ERROR(lookup.Add(v.b1, res.DenseIds(1), out(d.b1)));
   RETURN_IF_ERROR(lookup.Add(v.w2, res.DenseIds(shape.hidden), out(d.w2)));
@@ -173,10 +203,11 @@ absl::StatusOr<std::vector<Tensor>> TrainStep(ClosureContext& ctx, absl::Span<co
   FlightsResource* res = ResourceOf(ctx);
   if (res == nullptr) return absl::InvalidArgumentError(absl::StrCat(kTrain, " needs ", kData));
   if (step < 0) return absl::InvalidArgumentError(absl::StrCat(kTrain, ": step ", step, " < 0"));
-  ASSIGN_OR_RETURN(CtrVars v, FindVars(ctx.ps));
+  ASSIGN_OR_RETURN(CtrVars v, FindVars(ctx.ps, res->dynamic()));
   const std::vector<int64_t> rows = res->batches().Batch(step);
   Pulled p;
-  RETURN_IF_ERROR(Pull(v, *res, res->data().train, rows, &p));
+  const int64_t global_step = step + 1;  // 1-based: 0 means "no step" to a dynamic table
+  RETURN_IF_ERROR(Pull(v, *res, res->data().train, rows, global_step, &p));
   std::vector<float> grads;
   float loss = 0, lr_loss = 0;
   RETURN_IF_ERROR(CtrReplicatedStep(res->replicas(), res->shape(), p.batch(), p.dense.params(),
@@ -189,10 +220,18 @@ absl::StatusOr<std::vector<Tensor>> TrainStep(ClosureContext& ctx, absl::Span<co
   };
   const auto unique = absl::MakeConstSpan(p.unique.data(), static_cast<size_t>(p.num_unique));
   UpdateBatch update;
-  RETURN_IF_ERROR(update.AddSparse(v.emb, UpdateOp::APPLY_GRADIENT, unique,
-                                   bytes(layout.emb, layout.lr).data()));
-  RETURN_IF_ERROR(update.AddSparse(v.lr, UpdateOp::APPLY_GRADIENT, unique,
-                                   bytes(layout.lr, layout.w1).data()));
+  if (v.emb_table.has_value()) {
+    update.set_step(global_step);
+    RETURN_IF_ERROR(update.AddSparse(*v.emb_table, UpdateOp::APPLY_GRADIENT, unique,
+                                     bytes(layout.emb, layout.lr).data()));
+    RETURN_IF_ERROR(update.AddSparse(*v.lr_table, UpdateOp::APPLY_GRADIENT, unique,
+                                     bytes(layout.lr, layout.w1).data()));
+  } else {
+    RETURN_IF_ERROR(update.AddSparse(*v.emb, UpdateOp::APPLY_GRADIENT, unique,
+                                     bytes(layout.emb, layout.lr).data()));
+    RETURN_IF_ERROR(update.AddSparse(*v.lr, UpdateOp::APPLY_GRADIENT, unique,
+                                     bytes(layout.lr, layout.w1).data()));
+  }
   RETURN_IF_ERROR(
       update.AddDense(v.w1, UpdateOp::APPLY_GRADIENT, bytes(layout.w1, layout.b1)));
   RETURN_IF_ERROR(
@@ -220,11 +259,11 @@ absl::StatusOr<std::vector<Tensor>> EvalChunk(ClosureContext& ctx, absl::Span<co
     return absl::InvalidArgumentError(absl::StrCat(kEval, ": rows [", begin, ", ", end,
                                                    ") outside the ", test.size(), " test flights"));
   }
-  ASSIGN_OR_RETURN(CtrVars v, FindVars(ctx.ps));
+  ASSIGN_OR_RETURN(CtrVars v, FindVars(ctx.ps, res->dynamic()));
   std::vector<int64_t> rows(end - begin);
   std::iota(rows.begin(), rows.end(), begin);
   Pulled p;
-  RETURN_IF_ERROR(Pull(v, *res, test, rows, &p));
+  RETURN_IF_ERROR(Pull(v, *res, test, rows, /*step=*/0, &p));
   std::vector<float> logits, lr_logits;
   RETURN_IF_ERROR(CtrReplicatedForward(res->replicas(), res->shape(), p.batch(), p.dense.params(),
                                        &logits, &lr_logits));
@@ -243,6 +282,10 @@ class FlightsCtr final : public Model {
     steps_per_epoch_ = (train + config_.batch_size - 1) / config_.batch_size;
     total_steps_ = steps_per_epoch_ * config_.epochs;
     if (config_.max_steps > 0) total_steps_ = std::min(total_steps_, config_.max_steps);
+    for (const TableSpec& spec : FlightsCtrTables(config_)) {
+      ASSIGN_OR_RETURN(DynamicTable t, coordinator->variables()->CreateTable(spec));
+      if (spec.name == kCtrEmbedding) embedding_ = t;
+    }
     for (const VariableSpec& spec : FlightsCtrVariables(config_, coordinator->ps()->num_ps(),
                                                         data_.train_positive_rate)) {
       ASSIGN_OR_RETURN(ShardedVariable v, coordinator->variables()->Create(spec));
@@ -257,7 +300,8 @@ class FlightsCtr final : public Model {
                                 Tensor::Scalar<int64_t>(config_.hash_rows),
                                 Tensor::Scalar<int64_t>(config_.shape.dim),
                                 Tensor::Scalar<int64_t>(config_.shape.hidden),
-                                Tensor::String(FlightFeatureNames(config_.features))};
+                                Tensor::String(FlightFeatureNames(config_.features)),
+                                Tensor::Scalar<int64_t>(config_.dynamic ? 1 : 0)};
     for (Tensor& t : DeviceArgs(config_.devices)) args.push_back(std::move(t));
     ASSIGN_OR_RETURN(dataset_, coordinator->CreatePerWorkerDataset(kData, std::move(args)));
     return absl::OkStatus();
@@ -312,9 +356,16 @@ class FlightsCtr final : public Model {
     m.notes["test_positive_rate"] = absl::StrCat(data_.test_positive_rate);
     m.notes["airports"] = absl::StrCat(data_.airports);
     m.notes["features"] = FlightFeatureNames(config_.features);
-    m.notes["embedding"] = absl::StrCat(config_.hash_rows, "x", config_.shape.dim, " in ",
-                                        embedding_shards_, " shards");
-    m.notes["baseline"] = "logistic regression on the same hashed rows, trained in the same steps";
+    if (embedding_.has_value()) {
+      ASSIGN_OR_RETURN(int64_t keys, embedding_->Size());
+      m.notes["embedding"] = absl::StrCat("dynamic, ", keys, " keys x ", config_.shape.dim,
+                                          " in ", embedding_->num_shards(), " shards");
+      m.notes["baseline"] = "logistic regression on the same keys, trained in the same steps";
+    } else {
+      m.notes["embedding"] = absl::StrCat("hashed, ", config_.hash_rows, "x", config_.shape.dim,
+                                          " in ", embedding_shards_, " shards");
+      m.notes["baseline"] = "logistic regression on the same hashed rows, trained in the same steps";
+    }
     return m;
   }
 
@@ -324,6 +375,7 @@ class FlightsCtr final : public Model {
   int64_t steps_per_epoch_ = 0;
   int64_t total_steps_ = 0;
   int embedding_shards_ = 0;
+  std::optional<DynamicTable> embedding_;
   PerWorkerDataset dataset_;
 };
 
@@ -332,6 +384,10 @@ class FlightsCtr final : public Model {
 absl::StatusOr<FlightsCtrConfig> FlightsCtrConfigFromOptions(const ModelOptions& options) {
   FlightsCtrConfig c;
   ExtraOptions extra(kFlightsCtrModel, options.extra);
+  const std::string embedding = extra.GetString("embedding", "dynamic");
+  ASSIGN_OR_RETURN(int64_t min_count, extra.GetInt("min_count", 0));
+  ASSIGN_OR_RETURN(c.ttl_steps, extra.GetInt("ttl_steps", 0));
+  ASSIGN_OR_RETURN(c.max_keys, extra.GetInt("max_keys", 0));
   ASSIGN_OR_RETURN(c.features, ParseFlightFeatures(extra.GetString("features", "all")));
   c.shape.features = static_cast<int64_t>(c.features.size());
   c.flights.path = options.data.empty() ? "data/flights/flights.csv" : options.data;
@@ -358,6 +414,25 @@ absl::StatusOr<FlightsCtrConfig> FlightsCtrConfigFromOptions(const ModelOptions&
   auto bad = [](const std::string& what) {
     return absl::InvalidArgumentError(absl::StrCat(kFlightsCtrModel, ": ", what));
   };
+  if (embedding != "dynamic" && embedding != "hashed") {
+    return bad(absl::StrCat("embedding=", embedding, " must be dynamic or hashed"));
+  }
+  c.dynamic = embedding == "dynamic";
+  if (c.dynamic) {
+    for (const char* hashed_only :
+         {"hash_rows", "partitioner", "min_shard_bytes", "max_shard_bytes", "max_shards"}) {
+      if (options.extra.count(hashed_only)) {
+        return bad(absl::StrCat(hashed_only, " is for embedding=hashed (the default, dynamic, "
+                                "has no rows to split)"));
+      }
+    }
+  }
+  if (!c.dynamic && (min_count != 0 || c.ttl_steps != 0 || c.max_keys != 0)) {
+    return bad("min_count, ttl_steps and max_keys are for embedding=dynamic");
+  }
+  if (min_count < 0 || min_count > 255) return bad("min_count must be in [0, 255]");
+  c.admit_min_count = static_cast<int>(min_count);
+  if (c.ttl_steps < 0 || c.max_keys < 0) return bad("ttl_steps and max_keys must be >= 0");
   if (c.hash_rows < 1 || c.hash_rows > (int64_t{1} << 40)) {
     return bad("hash_rows must be in [1, 2^40]");
   }
@@ -418,9 +493,12 @@ std::vector<VariableSpec> FlightsCtrVariables(const FlightsCtrConfig& c, int num
     return s;
   };
   const CtrNetShape& shape = c.shape;
-  return {
-      spec(kCtrEmbedding, {c.hash_rows, shape.dim}, normal(c.init_stddev, 1), true),
-      spec(kCtrLrWeights, {c.hash_rows, 1}, InitializerDef(), true),
+  std::vector<VariableSpec> specs;
+  if (!c.dynamic) {
+    specs.push_back(spec(kCtrEmbedding, {c.hash_rows, shape.dim}, normal(c.init_stddev, 1), true));
+    specs.push_back(spec(kCtrLrWeights, {c.hash_rows, 1}, InitializerDef(), true));
+  }
+  for (VariableSpec& s : std::vector<VariableSpec>{
       spec(kCtrW1, {shape.input(), shape.hidden},
            normal(std::sqrt(2.0 / static_cast<double>(shape.input())), 2), false),
       spec(kCtrB1, {1, shape.hidden}, InitializerDef(), false),
@@ -428,7 +506,34 @@ std::vector<VariableSpec> FlightsCtrVariables(const FlightsCtrConfig& c, int num
            false),
       spec(kCtrB2, {1, 1}, prior, false),
       spec(kCtrLrBias, {1, 1}, prior, false),
-  };
+  }) {
+    specs.push_back(std::move(s));
+  }
+  return specs;
+}
+
+std::vector<TableSpec> FlightsCtrTables(const FlightsCtrConfig& c) {
+  if (!c.dynamic) return {};
+  OptimizerDef adagrad;
+  adagrad.set_kind(OptimizerDef::ADAGRAD);
+  adagrad.set_learning_rate(c.learning_rate);
+  DynamicTableDef options;
+  options.set_admit_min_count(c.admit_min_count);
+  options.set_ttl_steps(c.ttl_steps);
+  options.set_max_rows(c.max_keys);
+  TableSpec emb;
+  emb.name = kCtrEmbedding;
+  emb.dim = c.shape.dim;
+  emb.initializer.set_kind(InitializerDef::TRUNCATED_NORMAL);
+  emb.initializer.set_stddev(c.init_stddev);
+  emb.initializer.set_seed(c.seed * 1000 + 1);
+  emb.optimizer = adagrad;
+  emb.options = options;
+  TableSpec lr = emb;
+  lr.name = kCtrLrWeights;
+  lr.dim = 1;
+  lr.initializer = InitializerDef();
+  return {emb, lr};
 }
 
 absl::Status RegisterFlightsCtr(ClosureRegistry* registry) {
@@ -452,7 +557,8 @@ absl::Status RegisterFlightsCtr(ClosureRegistry* registry) {
         ASSIGN_OR_RETURN(std::string feature_names, StringArg(args, 9, kData));
         ASSIGN_OR_RETURN(std::vector<int> features, ParseFlightFeatures(feature_names));
         shape.features = static_cast<int64_t>(features.size());
-        ASSIGN_OR_RETURN(WorkerDevices devices, DevicesFromArgs(args, 10, kData));
+        ASSIGN_OR_RETURN(int64_t dynamic, IntArg(args, 10, kData));
+        ASSIGN_OR_RETURN(WorkerDevices devices, DevicesFromArgs(args, 11, kData));
         if (batch_size < 1 || hash_rows < 1 || shape.dim < 1 || shape.hidden < 1) {
           return absl::InvalidArgumentError(absl::StrCat(
               kData, ": batch_size, hash_rows, dim and hidden must be >= 1"));
@@ -463,7 +569,7 @@ absl::Status RegisterFlightsCtr(ClosureRegistry* registry) {
         ASSIGN_OR_RETURN(ReplicaGroup * replicas, WorkerReplicaGroup(devices));
         return std::unique_ptr<Dataset>(new FlightsResource(
             std::move(data), replicas, batch_size, static_cast<uint64_t>(seed), std::move(features),
-            hash_rows, shape));
+            hash_rows, dynamic != 0, shape));
       });
 }
 

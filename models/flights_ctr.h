@@ -1,8 +1,11 @@
-// Flight delays as a click-through problem: will a flight arrive more than 15 minutes late? Hashed
-// categorical features and their crosses (models/flights_data.h: origin, destination, route, hour,
-// weekday, day of year, distance bucket, origin x hour, ...) index ONE large embedding table
-// "ctr/embedding" [hash_rows, dim], split over the ps tasks by a MinSize or MaxSize partitioner and
-// trained by a server-side Adagrad. An example's feature rows are concatenated into a small MLP
+// Flight delays as a click-through problem: will a flight arrive more than 15 minutes late?
+// Categorical features and their crosses (models/flights_data.h: origin, destination, route, hour,
+// weekday, day of year, distance bucket, origin x hour, ...) each give a 64-bit key per value
+// (FeatureKey). With embedding=dynamic (the default) every key goes straight into ONE dynamic
+// table "ctr/embedding" (rows made on first sight, no modulo, no collisions; ps/dynamic_shard.h),
+// one shard per ps task; with embedding=hashed the keys are reduced onto [0, hash_rows) of a fixed
+// table [hash_rows, dim], split over the ps tasks by a MinSize or MaxSize partitioner (collisions
+// share a row). Either way a server-side Adagrad trains it. An example's feature rows are concatenated into a small MLP
 // (features * dim -> hidden -> 1, ReLU; models/ctr_net.h), whose dense weights are ps variables
 // too.
 //
@@ -10,9 +13,10 @@
 // maps them to an "unknown day" row, which 1 in 16 training flights also use, so the model has
 // learned what an unknown day means (models/flights_data.h, unknown_day_fraction).
 //
-// The baseline is logistic regression on the same hashed rows: a 1-wide table "ctr/lr_weights"
-// [hash_rows, 1] plus "ctr/lr_bias", trained IN THE SAME CLOSURE on the same batch (its rows are
-// the same ids, so it rides in the same requests at the cost of 4 bytes per row).
+// The baseline is logistic regression on the same keys (or hashed rows): a 1-wide table
+// "ctr/lr_weights" (dynamic, or [hash_rows, 1]) plus "ctr/lr_bias", trained IN THE SAME CLOSURE on
+// the same batch (its rows are the same ids, so it rides in the same requests at the cost of 4
+// bytes per row).
 //
 // One training step is one closure: hash the batch's features, dedupe the rows (Device::Unique),
 // pull the embedding and LR rows and all the dense weights in ONE lookup request per ps, run the
@@ -23,13 +27,19 @@
 // ModelOptions: data (default data/flights/flights.csv), epochs (default 1), batch_size (default
 // 256), learning_rate (Adagrad's, for the two hashed tables; default 0.05), embedding_dim (default
 // 16), seed (default 1: the shuffles and initializers). Extra options:
-//   hash_rows        rows of the two hashed tables (default 4194304 = 2^22)
+//   embedding        dynamic (default: the two tables keyed by the features' 64-bit keys) or hashed
+//   min_count        dynamic: a key is stored once seen in this many training batches (default 0:
+//                    at once); until then it reads zeros and its gradients are dropped
+//   ttl_steps        dynamic: keys untouched for more steps are evicted (default 0: never)
+//   max_keys         dynamic: the most keys per table, least recently used evicted (default 0: no
+//                    limit)
+//   hash_rows        hashed: rows of the two hashed tables (default 4194304 = 2^22)
 //   hidden           the MLP's hidden units (default 64)
 //   dense_learning_rate  Adagrad's rate for the dense weights, which get mean-loss gradients
 //                    (see CtrGradLayout; default 0.2)
 //   features         which hashed features, by name, separated by '+' or ',' (default all; see
 //                    FlightFeature)
-//   partitioner      min_size (default) or max_size, for the two hashed tables
+//   partitioner      hashed: min_size (default) or max_size, for the two hashed tables
 //   min_shard_bytes  min_size: the smallest shard (default 1 MiB)
 //   max_shard_bytes  max_size: the largest shard (default 64 MiB)
 //   max_shards       the most shards per table (default 0: the number of ps tasks for min_size,
@@ -85,6 +95,11 @@ struct FlightsCtrConfig {
   int max_shards = 0;
   double init_stddev = 0.01;
   uint64_t seed = 1;
+  // embedding=dynamic: the two tables are dynamic tables keyed by FeatureKey.
+  bool dynamic = true;
+  int admit_min_count = 0;
+  int64_t ttl_steps = 0;
+  int64_t max_keys = 0;
   // Where the workers compute (ModelOptions::devices).
   WorkerDevices devices;
 };
@@ -93,10 +108,13 @@ struct FlightsCtrConfig {
 absl::StatusOr<FlightsCtrConfig> FlightsCtrConfigFromOptions(const ModelOptions& options);
 
 // The model's variables as the coordinator creates them (with `num_ps` ps tasks), in creation
-// order: the two hashed tables, then the dense weights. `train_positive_rate` sets the biases'
-// initial value (its logit). A single-process trainer can build the same tables from these.
+// order: the two hashed tables (embedding=hashed only), then the dense weights.
+// `train_positive_rate` sets the biases' initial value (its logit). A single-process trainer can
+// build the same tables from these.
 std::vector<VariableSpec> FlightsCtrVariables(const FlightsCtrConfig& config, int num_ps,
                                               double train_positive_rate);
+// embedding=dynamic: the two dynamic tables (embedding, LR weights), created before the variables.
+std::vector<TableSpec> FlightsCtrTables(const FlightsCtrConfig& config);
 
 // The worker side: closures "flights_ctr/train" and "flights_ctr/eval", dataset "flights_ctr/data".
 absl::Status RegisterFlightsCtr(ClosureRegistry* registry);

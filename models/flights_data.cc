@@ -130,8 +130,12 @@ uint64_t FlightFeatureValue(const Flight& f, int feature) {
   }
 }
 
+int64_t FeatureKey(int feature, uint64_t value) {
+  return static_cast<int64_t>(Mix(Mix(static_cast<uint64_t>(feature) + 0x9E3779B97F4A7C15ull) ^ value));
+}
+
 int64_t HashFeature(int feature, uint64_t value, int64_t hash_rows) {
-  const uint64_t h = Mix(Mix(static_cast<uint64_t>(feature) + 0x9E3779B97F4A7C15ull) ^ value);
+  const uint64_t h = static_cast<uint64_t>(FeatureKey(feature, value));
   // Lemire's multiply-shift: maps h onto [0, hash_rows) without a division.
   return static_cast<int64_t>(
       (static_cast<unsigned __int128>(h) * static_cast<uint64_t>(hash_rows)) >> 64);
@@ -176,6 +180,16 @@ void HashFlights(absl::Span<const Flight> flights, absl::Span<const int64_t> row
     for (size_t j = 0; j < nf; ++j) {
       o[j] = HashFeature(features[j], FlightFeatureValue(f, features[j]), hash_rows);
     }
+  }
+}
+
+void KeyFlights(absl::Span<const Flight> flights, absl::Span<const int64_t> rows,
+                absl::Span<const int> features, int64_t* out) {
+  const size_t nf = features.size();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Flight& f = flights[rows[i]];
+    int64_t* o = out + i * nf;
+    for (size_t j = 0; j < nf; ++j) o[j] = FeatureKey(features[j], FlightFeatureValue(f, features[j]));
   }
 }
 

@@ -95,6 +95,9 @@ uint64_t FlightFeatureValue(const Flight& flight, int feature);
 // The table row of (feature, value): a 64-bit mix of both, mapped onto [0, hash_rows).
 // hash_rows >= 1.
 int64_t HashFeature(int feature, uint64_t value, int64_t hash_rows);
+// The feature value's 64-bit key (a dynamic table's key, no modulo): the hash HashFeature maps
+// onto [0, hash_rows).
+int64_t FeatureKey(int feature, uint64_t value);
 
 // The features named in `names` ("origin,hour,route_x_hour" or "origin+hour+route_x_hour": the
 // coordinator's --model_opt splits on commas), in that order; "all" means every feature in enum
@@ -108,6 +111,9 @@ std::string FlightFeatureNames(absl::Span<const int> features);
 // flights[rows[i]]. `out` must have room for rows.size() * features.size() ids.
 void HashFlights(absl::Span<const Flight> flights, absl::Span<const int64_t> rows,
                  absl::Span<const int> features, int64_t hash_rows, int64_t* out);
+// The same with 64-bit keys (FeatureKey) instead of hashed rows.
+void KeyFlights(absl::Span<const Flight> flights, absl::Span<const int64_t> rows,
+                absl::Span<const int> features, int64_t* out);
 
 // FNV-1a (32-bit) of `text`: how airport codes become values.
 uint32_t Fnv1a32(absl::string_view text);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -28,13 +30,14 @@ constexpr char kItemBias[] = "mf/item_bias";
 class RatingsResource : public Dataset {
  public:
   RatingsResource(RatingsData data, int64_t batch_size, uint64_t seed, double l2, double bias_l2,
-                  double reg_power, int64_t dim)
+                  double reg_power, int64_t dim, bool dynamic)
       : data_(std::move(data)),
         batches_(static_cast<int64_t>(data_.train.size()), batch_size, seed),
         l2_(l2),
         bias_l2_(bias_l2),
         reg_power_(reg_power),
-        dim_(dim) {
+        dim_(dim),
+        dynamic_(dynamic) {
     user_count_.assign(data_.num_users, 0);
     item_count_.assign(data_.num_items, 0);
     for (size_t k = 0; k < data_.train.size(); ++k) {
@@ -60,6 +63,8 @@ class RatingsResource : public Dataset {
   bool shared() const override { return true; }
 
   const RatingsData& data() const { return data_; }
+  // tables=dynamic: the tables are keyed by the raw ids' keys.
+  bool dynamic() const { return dynamic_; }
   EpochBatches& batches() { return batches_; }
   double l2() const { return l2_; }
   double bias_l2() const { return bias_l2_; }
@@ -79,22 +84,61 @@ class RatingsResource : public Dataset {
   const double bias_l2_;
   const double reg_power_;
   const int64_t dim_;
+  const bool dynamic_;
   std::vector<int64_t> user_count_, item_count_;
   absl::Mutex mu_;
   int64_t next_step_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-// The model's four tables, found by name on the ps tasks.
-struct Tables {
-  ShardedVariable user_emb, item_emb, user_bias, item_bias;
+// One of the model's four tables: a fixed variable indexed by the dense ids, or a dynamic table
+// keyed by the raw ids' keys.
+struct MfTable {
+  std::optional<ShardedVariable> fixed;
+  std::optional<DynamicTable> dynamic;
 };
 
-absl::StatusOr<Tables> FindTables(PsConnection* ps) {
-  ASSIGN_OR_RETURN(ShardedVariable user_emb, ps->Variable(kUserEmb));
-  ASSIGN_OR_RETURN(ShardedVariable item_emb, ps->Variable(kItemEmb));
-  ASSIGN_OR_RETURN(ShardedVariable user_bias, ps->Variable(kUserBias));
-  ASSIGN_OR_RETURN(ShardedVariable item_bias, ps->Variable(kItemBias));
-  return Tables{user_emb, item_emb, user_bias, item_bias};
+// The model's four tables, found by name on the ps tasks.
+struct Tables {
+  MfTable user_emb, item_emb, user_bias, item_bias;
+};
+
+absl::StatusOr<Tables> FindTables(PsConnection* ps, bool dynamic) {
+  Tables t;
+  for (auto [table, name] : {std::pair{&t.user_emb, kUserEmb}, std::pair{&t.item_emb, kItemEmb},
+                             std::pair{&t.user_bias, kUserBias}, std::pair{&t.item_bias, kItemBias}}) {
+    if (dynamic) {
+      ASSIGN_OR_RETURN(table->dynamic, ps->Table(name));
+    } else {
+      ASSIGN_OR_RETURN(table->fixed, ps->Variable(name));
+    }
+  }
+  return t;
+}
+
+// The ids a table takes for examples `rows` of `ratings`: users' (or items') keys or dense ids.
+void Ids(const Ratings& ratings, absl::Span<const int64_t> rows, bool dynamic, bool users,
+         std::vector<int64_t>* out) {
+  out->resize(rows.size());
+  for (size_t k = 0; k < rows.size(); ++k) {
+    const int64_t r = rows[k];
+    (*out)[k] = dynamic ? (users ? ratings.user_key[r] : ratings.item_key[r])
+                        : (users ? ratings.user[r] : ratings.item[r]);
+  }
+}
+
+absl::Status AddLookup(LookupBatch& batch, const MfTable& t, absl::Span<const int64_t> ids,
+                       float* out, LookupMode mode) {
+  if (t.dynamic.has_value()) {
+    return batch.Add(*t.dynamic, ids, reinterpret_cast<char*>(out), mode);
+  }
+  return batch.Add(*t.fixed, ids, reinterpret_cast<char*>(out));
+}
+
+absl::Status AddGradients(UpdateBatch& batch, const MfTable& t, absl::Span<const int64_t> ids,
+                          const std::vector<float>& grads) {
+  const char* g = reinterpret_cast<const char*>(grads.data());
+  if (t.dynamic.has_value()) return batch.AddSparse(*t.dynamic, UpdateOp::APPLY_GRADIENT, ids, g);
+  return batch.AddSparse(*t.fixed, UpdateOp::APPLY_GRADIENT, ids, g);
 }
 
 // Predictions for examples `rows` of `ratings`, with the rows pulled from the ps; keeps the pulled
@@ -104,24 +148,24 @@ struct Forward {
   std::vector<float> pu, qi, bu, bi, dot, pred;
 };
 
+// `step` > 0: a training step's pull (dynamic tables store the ids they lack); 0: evaluation.
 absl::Status RunForward(const Tables& t, const Ratings& ratings, absl::Span<const int64_t> rows,
-                        int64_t dim, double mean, Device* device, Forward* f) {
+                        int64_t dim, double mean, bool dynamic, int64_t step, Device* device,
+                        Forward* f) {
   const int64_t n = static_cast<int64_t>(rows.size());
-  f->users.resize(n);
-  f->items.resize(n);
-  for (int64_t k = 0; k < n; ++k) {
-    f->users[k] = ratings.user[rows[k]];
-    f->items[k] = ratings.item[rows[k]];
-  }
+  Ids(ratings, rows, dynamic, /*users=*/true, &f->users);
+  Ids(ratings, rows, dynamic, /*users=*/false, &f->items);
   f->pu.resize(n * dim);
   f->qi.resize(n * dim);
   f->bu.resize(n);
   f->bi.resize(n);
+  const LookupMode mode = step > 0 ? LookupMode::kTrain : LookupMode::kEval;
   LookupBatch lookup;
-  RETURN_IF_ERROR(lookup.Add(t.user_emb, f->users, reinterpret_cast<char*>(f->pu.data())));
-  RETURN_IF_ERROR(lookup.Add(t.item_emb, f->items, reinterpret_cast<char*>(f->qi.data())));
-  RETURN_IF_ERROR(lookup.Add(t.user_bias, f->users, reinterpret_cast<char*>(f->bu.data())));
-  RETURN_IF_ERROR(lookup.Add(t.item_bias, f->items, reinterpret_cast<char*>(f->bi.data())));
+  lookup.set_step(step);
+  RETURN_IF_ERROR(AddLookup(lookup, t.user_emb, f->users, f->pu.data(), mode));
+  RETURN_IF_ERROR(AddLookup(lookup, t.item_emb, f->items, f->qi.data(), mode));
+  RETURN_IF_ERROR(AddLookup(lookup, t.user_bias, f->users, f->bu.data(), mode));
+  RETURN_IF_ERROR(AddLookup(lookup, t.item_bias, f->items, f->bi.data(), mode));
   RETURN_IF_ERROR(lookup.Run());
   f->dot.resize(n);
   RETURN_IF_ERROR(device->RowDot(n, dim, f->pu.data(), f->qi.data(), f->dot.data()));
@@ -145,13 +189,15 @@ absl::StatusOr<std::vector<Tensor>> TrainStep(ClosureContext& ctx, absl::Span<co
   }
   auto* res = dynamic_cast<RatingsResource*>(ctx.datasets[0]);
   if (res == nullptr) return absl::InvalidArgumentError(absl::StrCat(kTrain, " needs ", kData));
-  ASSIGN_OR_RETURN(Tables t, FindTables(ctx.ps));
+  ASSIGN_OR_RETURN(Tables t, FindTables(ctx.ps, res->dynamic()));
   const int64_t dim = res->dim();
   const std::vector<int64_t> rows = res->batches().Batch(step);
   const Ratings& train = res->data().train;
   Device* device = CpuDevice();
   Forward f;
-  RETURN_IF_ERROR(RunForward(t, train, rows, dim, res->data().train_mean, device, &f));
+  const int64_t global_step = step + 1;  // 1-based: 0 means "no step" to a dynamic table
+  RETURN_IF_ERROR(RunForward(t, train, rows, dim, res->data().train_mean, res->dynamic(),
+                             global_step, device, &f));
 
   // Squared error plus L2 on the rows used; gradients per example (the ps sums repeated ids).
   const int64_t n = static_cast<int64_t>(rows.size());
@@ -171,8 +217,10 @@ absl::StatusOr<std::vector<Tensor>> TrainStep(ClosureContext& ctx, absl::Span<co
   // pull towards 0 (frequent users are held hardest); with 1 each user's total pull is the same.
   const double power = res->reg_power();
   for (int64_t k = 0; k < n; ++k) {
-    const float ru = static_cast<float>(2 * l2 / std::pow(res->user_count(f.users[k]), power));
-    const float ri = static_cast<float>(2 * l2 / std::pow(res->item_count(f.items[k]), power));
+    const float ru =
+        static_cast<float>(2 * l2 / std::pow(res->user_count(train.user[rows[k]]), power));
+    const float ri =
+        static_cast<float>(2 * l2 / std::pow(res->item_count(train.item[rows[k]]), power));
     RETURN_IF_ERROR(device->Axpy(dim, ru, &f.pu[k * dim], &gp[k * dim]));
     RETURN_IF_ERROR(device->Axpy(dim, ri, &f.qi[k * dim], &gq[k * dim]));
   }
@@ -181,11 +229,11 @@ absl::StatusOr<std::vector<Tensor>> TrainStep(ClosureContext& ctx, absl::Span<co
     gbi[k] = dout[k] + 2 * bias_l2 * f.bi[k];
   }
   UpdateBatch update;
-  auto bytes = [](const std::vector<float>& v) { return reinterpret_cast<const char*>(v.data()); };
-  RETURN_IF_ERROR(update.AddSparse(t.user_emb, UpdateOp::APPLY_GRADIENT, f.users, bytes(gp)));
-  RETURN_IF_ERROR(update.AddSparse(t.item_emb, UpdateOp::APPLY_GRADIENT, f.items, bytes(gq)));
-  RETURN_IF_ERROR(update.AddSparse(t.user_bias, UpdateOp::APPLY_GRADIENT, f.users, bytes(gbu)));
-  RETURN_IF_ERROR(update.AddSparse(t.item_bias, UpdateOp::APPLY_GRADIENT, f.items, bytes(gbi)));
+  update.set_step(global_step);
+  RETURN_IF_ERROR(AddGradients(update, t.user_emb, f.users, gp));
+  RETURN_IF_ERROR(AddGradients(update, t.item_emb, f.items, gq));
+  RETURN_IF_ERROR(AddGradients(update, t.user_bias, f.users, gbu));
+  RETURN_IF_ERROR(AddGradients(update, t.item_bias, f.items, gbi));
   RETURN_IF_ERROR(update.Run());
   return std::vector<Tensor>{Tensor::Scalar<float>(static_cast<float>(loss / std::max<int64_t>(n, 1))),
                              Tensor::Scalar<int64_t>(n)};
@@ -204,11 +252,12 @@ absl::StatusOr<std::vector<Tensor>> EvalChunk(ClosureContext& ctx, absl::Span<co
     return absl::InvalidArgumentError(absl::StrCat(kEval, ": rows [", begin, ", ", end,
                                                    ") outside the ", ratings.size(), " examples"));
   }
-  ASSIGN_OR_RETURN(Tables t, FindTables(ctx.ps));
+  ASSIGN_OR_RETURN(Tables t, FindTables(ctx.ps, res->dynamic()));
   std::vector<int64_t> rows(end - begin);
   for (int64_t k = begin; k < end; ++k) rows[k - begin] = k;
   Forward f;
-  RETURN_IF_ERROR(RunForward(t, ratings, rows, res->dim(), res->data().train_mean, CpuDevice(), &f));
+  RETURN_IF_ERROR(RunForward(t, ratings, rows, res->dim(), res->data().train_mean, res->dynamic(),
+                             /*step=*/0, CpuDevice(), &f));
   double sse = 0;
   for (int64_t k = 0; k < end - begin; ++k) {
     const double e = res->Clip(f.pred[k]) - ratings.rating[begin + k];
@@ -230,6 +279,7 @@ struct MfConfig {
   double reg_power = 0.5;
   int64_t shards = 0;  // 0: one per ps task
   OptimizerDef::Kind optimizer = OptimizerDef::ADAGRAD;
+  bool dynamic = true;  // tables=dynamic: keyed by the raw ids
 };
 
 class MatrixFactorization final : public Model {
@@ -251,6 +301,19 @@ class MatrixFactorization final : public Model {
     const int shards = static_cast<int>(
         config_.shards > 0 ? config_.shards : coordinator->ps()->num_ps());
     auto table = [&](const char* name, int64_t rows, int64_t width, bool random) {
+      if (config_.dynamic) {
+        TableSpec spec;
+        spec.name = name;
+        spec.dim = width;
+        spec.num_shards = shards;
+        if (random) {
+          spec.initializer.set_kind(InitializerDef::TRUNCATED_NORMAL);
+          spec.initializer.set_stddev(0.05);
+          spec.initializer.set_seed(config_.ratings.seed * 1000 + (name == kUserEmb ? 1 : 2));
+        }
+        spec.optimizer = optimizer;
+        return coordinator->variables()->CreateTable(spec).status();
+      }
       VariableSpec spec;
       spec.name = name;
       spec.shape = {rows, width};
@@ -279,7 +342,8 @@ class MatrixFactorization final : public Model {
                     Tensor::Scalar<float>(static_cast<float>(config_.l2)),
                     Tensor::Scalar<float>(static_cast<float>(config_.bias_l2)),
                     Tensor::Scalar<float>(static_cast<float>(config_.reg_power)),
-                    Tensor::Scalar<int64_t>(config_.dim)}));
+                    Tensor::Scalar<int64_t>(config_.dim),
+                    Tensor::Scalar<int64_t>(config_.dynamic ? 1 : 0)}));
     return absl::OkStatus();
   }
 
@@ -321,6 +385,7 @@ class MatrixFactorization final : public Model {
     m.notes["train_ratings"] = absl::StrCat(data_.train.size());
     m.notes["test_ratings"] = absl::StrCat(data_.test.size());
     m.notes["test_excluded_unseen"] = absl::StrCat(data_.test_excluded);
+    m.notes["id_tables"] = config_.dynamic ? "dynamic (keyed by the raw ids)" : "fixed (ids remapped)";
     return m;
   }
 
@@ -353,10 +418,11 @@ absl::Status RegisterMatrixFactorization(ClosureRegistry* registry) {
         ASSIGN_OR_RETURN(double bias_l2, FloatArg(args, 7, kData));
         ASSIGN_OR_RETURN(double reg_power, FloatArg(args, 8, kData));
         ASSIGN_OR_RETURN(int64_t dim, IntArg(args, 9, kData));
+        ASSIGN_OR_RETURN(int64_t dynamic, IntArg(args, 10, kData));
         ASSIGN_OR_RETURN(RatingsData data, LoadRatings(options));
         return std::unique_ptr<Dataset>(new RatingsResource(std::move(data), batch_size,
                                                             options.seed, l2, bias_l2, reg_power,
-                                                            dim));
+                                                            dim, dynamic != 0));
       });
 }
 
@@ -372,6 +438,12 @@ absl::StatusOr<std::unique_ptr<Model>> CreateMatrixFactorization(const ModelOpti
   ASSIGN_OR_RETURN(c.bias_l2, extra.GetDouble("bias_l2", c.bias_l2));
   ASSIGN_OR_RETURN(c.reg_power, extra.GetDouble("reg_power", c.reg_power));
   ASSIGN_OR_RETURN(c.shards, extra.GetInt("shards", 0));
+  const std::string tables = extra.GetString("tables", "dynamic");
+  if (tables != "dynamic" && tables != "fixed") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("movielens_mf: tables=", tables, " must be dynamic or fixed"));
+  }
+  c.dynamic = tables == "dynamic";
   const std::string optimizer = extra.GetString("optimizer", "adagrad");
   if (optimizer == "adam") {
     c.optimizer = OptimizerDef::ADAM;

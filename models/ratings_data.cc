@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "partitioners/key_routing.h"
 #include "models/data/csv_reader.h"
 
 namespace pstrain {
@@ -38,15 +39,23 @@ absl::StatusOr<RatingsData> LoadRatings(const RatingsOptions& options) {
   RatingsData out;
   out.num_users = static_cast<int64_t>(user_vocab.size());
   out.num_items = static_cast<int64_t>(item_vocab.size());
+  std::vector<int64_t> user_key(user_vocab.size()), item_key(item_vocab.size());
+  for (size_t i = 0; i < user_vocab.size(); ++i) user_key[i] = KeyOfString(user_vocab[i]);
+  for (size_t i = 0; i < item_vocab.size(); ++i) item_key[i] = KeyOfString(item_vocab[i]);
+  auto add = [&](Ratings* to, int64_t r) {
+    to->user.push_back(users[r]);
+    to->item.push_back(items[r]);
+    to->user_key.push_back(user_key[users[r]]);
+    to->item_key.push_back(item_key[items[r]]);
+    to->rating.push_back(ratings[r]);
+  };
   std::vector<bool> is_test(rows);
   std::vector<bool> user_seen(out.num_users), item_seen(out.num_items);
   double sum = 0;
   for (int64_t r = 0; r < rows; ++r) {
     is_test[r] = HashUnit(options.seed, static_cast<uint64_t>(r)) < options.test_fraction;
     if (is_test[r]) continue;
-    out.train.user.push_back(users[r]);
-    out.train.item.push_back(items[r]);
-    out.train.rating.push_back(ratings[r]);
+    add(&out.train, r);
     user_seen[users[r]] = true;
     item_seen[items[r]] = true;
     sum += ratings[r];
@@ -64,9 +73,7 @@ absl::StatusOr<RatingsData> LoadRatings(const RatingsOptions& options) {
       ++out.test_excluded;
       continue;
     }
-    out.test.user.push_back(users[r]);
-    out.test.item.push_back(items[r]);
-    out.test.rating.push_back(ratings[r]);
+    add(&out.test, r);
   }
   return out;
 }

@@ -1,6 +1,9 @@
-// Ratings data for the matrix-factorization model: read from any CSV by column names, ids remapped
-// to dense indices, and split 80/20 at random by rating with a fixed seed. The same inputs give the
-// same result in every process (the coordinator and each worker load it themselves).
+// Ratings data for the matrix-factorization model: read from any CSV by column names, and split 80/20
+// at random by rating with a fixed seed. Each rating carries its user's and item's raw id as a
+// 64-bit key (KeyOfString of the id's text: a dynamic table's key, the same in any file) and a
+// dense index (ids numbered in order of appearance: a fixed table's row, and the host-side
+// bookkeeping's). The same inputs give the same result in every process (the coordinator and each
+// worker load it themselves).
 #ifndef PSTRAIN_MODELS_RATINGS_DATA_H_
 #define PSTRAIN_MODELS_RATINGS_DATA_H_
 
@@ -28,6 +31,8 @@ struct RatingsOptions {
 struct Ratings {
   std::vector<int32_t> user;  // dense index in [0, num_users)
   std::vector<int32_t> item;  // dense index in [0, num_items)
+  std::vector<int64_t> user_key;  // KeyOfString(the user id's text)
+  std::vector<int64_t> item_key;
   std::vector<float> rating;
   size_t size() const { return rating.size(); }
 };

@@ -61,7 +61,7 @@ TEST(FlightsCtrTrainTest, ToyData_TwoWorkersTwoPs_LearnsAndReportsMetrics) {
   options.data = WriteToyFlights(/*rows=*/6000);
   options.epochs = 3;
   options.batch_size = 50;
-  options.extra = {{"hash_rows", "4096"}, {"hidden", "8"}, {"min_shard_bytes", "65536"}};
+  options.extra = {{"hidden", "8"}};
   auto model = CreateFlightsCtr(options);
   ASSERT_TRUE(model.ok()) << model.status();
   auto result = TrainInProcess(Registry(), /*workers=*/2, /*ps=*/2, model->get());
@@ -77,7 +77,28 @@ TEST(FlightsCtrTrainTest, ToyData_TwoWorkersTwoPs_LearnsAndReportsMetrics) {
   EXPECT_LT(values.at("baseline_lr_test_logloss"), values.at("prior_test_logloss"));
   EXPECT_EQ(result->metrics.notes.at("train_flights"), "5000");
   EXPECT_EQ(result->metrics.notes.at("test_flights"), "1000");
-  EXPECT_EQ(result->metrics.notes.at("embedding"), "4096x16 in 2 shards");
+  EXPECT_EQ(result->metrics.notes.at("embedding").rfind("dynamic, ", 0), 0u)
+      << result->metrics.notes.at("embedding");
+  // Every key the training data has (14 features' values) is stored: 14 * ~40 distinct values.
+  ASSERT_EQ(result->tables.count(kCtrEmbedding), 1u);
+  EXPECT_GT(result->tables.at(kCtrEmbedding).keys(), 100);
+  EXPECT_EQ(result->tables.at(kCtrEmbedding).keys(), result->tables.at(kCtrLrWeights).keys());
+}
+
+// The hashed tables (embedding=hashed) learn the same toy signal.
+TEST(FlightsCtrTrainTest, ToyData_HashedTables_Learns) {
+  ModelOptions options;
+  options.data = WriteToyFlights(/*rows=*/6000);
+  options.epochs = 3;
+  options.batch_size = 50;
+  options.extra = {{"embedding", "hashed"}, {"hash_rows", "4096"}, {"hidden", "8"},
+                   {"min_shard_bytes", "65536"}};
+  auto model = CreateFlightsCtr(options);
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto result = TrainInProcess(Registry(), /*workers=*/2, /*ps=*/2, model->get());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_GT(result->metrics.values.at("test_auc"), 0.78);
+  EXPECT_EQ(result->metrics.notes.at("embedding"), "hashed, 4096x16 in 2 shards");
 }
 
 // Each worker splits its batches over 3 CPU replicas (the path a worker with 3 GPUs takes, with
@@ -89,7 +110,7 @@ TEST(FlightsCtrTrainTest, ToyData_ThreeReplicasPerWorker_Learns) {
   options.batch_size = 50;
   options.devices.kind = DeviceOptions::Kind::kCpu;
   options.devices.replicas = 3;
-  options.extra = {{"hash_rows", "4096"}, {"hidden", "8"}};
+  options.extra = {{"hidden", "8"}};
   auto model = CreateFlightsCtr(options);
   ASSERT_TRUE(model.ok()) << model.status();
   auto result = TrainInProcess(Registry(), /*workers=*/2, /*ps=*/1, model->get());
@@ -102,7 +123,7 @@ TEST(FlightsCtrTrainTest, ToyData_ThreeReplicasPerWorker_Learns) {
 TEST(FlightsCtrTrainTest, MissingData_SetupNotFoundNamingTheFile) {
   ModelOptions options;
   options.data = TempDir() + "/no_such_flights.csv";
-  options.extra = {{"hash_rows", "64"}};
+  options.extra = {{"embedding", "hashed"}, {"hash_rows", "64"}};
   auto model = CreateFlightsCtr(options);
   ASSERT_TRUE(model.ok()) << model.status();
   EXPECT_THAT(TrainInProcess(Registry(), /*workers=*/1, /*ps=*/1, model->get()),

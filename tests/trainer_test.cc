@@ -138,6 +138,21 @@ TEST_F(TrainerTest, CheckpointOfAnotherModelShape_ClearErrorBeforeTraining) {
   auto wider = *CreateMatrixFactorization(o);
   absl::StatusOr<TrainResult> r = Train(fresh->spec(), wider.get(), options);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  // The tables are dynamic (the default): their shape is the row's.
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("\"mf/item_embedding\" was saved as [4] DT_FLOAT32 but is now [6]"));
+  // Fixed tables (tables=fixed), saved and then restored wider, say the same of their full shape.
+  options.checkpoint_dir = dir_ + "/ckpt_shape_fixed";
+  o.extra["tables"] = "fixed";
+  o.embedding_dim = 4;
+  auto fixed = *CreateMatrixFactorization(o);
+  auto fixed_cluster = std::move(*InProcessCluster::Start(co));
+  ASSERT_TRUE(Train(fixed_cluster->spec(), fixed.get(), options).ok());
+  o.embedding_dim = 6;
+  auto fixed_wider = *CreateMatrixFactorization(o);
+  auto fixed_fresh = std::move(*InProcessCluster::Start(co));
+  r = Train(fixed_fresh->spec(), fixed_wider.get(), options);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(r.status().message(),
               HasSubstr("\"mf/item_embedding\" was saved as [30,4] DT_FLOAT32 but is now [30,6]"));
 }
@@ -167,7 +182,9 @@ TEST(CoordinatorBinaryTest, KilledMidJob_RerunResumesAtLastCheckpointAndFinishes
   ASSERT_TRUE(second.ok());
   ASSERT_EQ(*(*second)->Wait(absl::Seconds(240)), 0) << (*second)->Stderr();
   const std::string out = (*second)->Stdout();
-  const std::string json_line = out.substr(out.rfind('{'));
+  // The summary is the last line of stdout.
+  const size_t line_start = out.rfind("\n{");
+  const std::string json_line = line_start == std::string::npos ? out : out.substr(line_start + 1);
   nlohmann::json j = nlohmann::json::parse(json_line);
   EXPECT_EQ(j["start_step"].get<int64_t>(), latest->step);
   EXPECT_GT(j["end_step"].get<int64_t>(), latest->step);

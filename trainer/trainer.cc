@@ -37,7 +37,7 @@ std::string TrainResult::ToJson() const {
   for (const auto& [k, v] : metrics.values) j[k] = v;
   for (const auto& [k, v] : metrics.notes) j[k] = v;
   for (const auto& [name, t] : tables) {
-    j["tables"][name] = {{"keys", t.keys()},
+    j["dynamic_tables"][name] = {{"keys", t.keys()},
                          {"bytes", t.bytes()},
                          {"admitted", t.admitted()},
                          {"rejected", t.rejected()},
