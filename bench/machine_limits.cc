@@ -157,6 +157,19 @@ double MeasureRandomGatherRowsPerSec(const LimitTiming& timing, const GatherOpti
   return rows_per_sec;
 }
 
+double MeasureFirstTouchGBps(int64_t bytes) {
+  void* p = ::mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return 0;
+  (void)::madvise(p, static_cast<size_t>(bytes), MADV_HUGEPAGE);
+  volatile char* c = static_cast<volatile char*>(p);
+  const absl::Time start = absl::Now();
+  for (int64_t i = 0; i < bytes; i += 4096) c[i] = 1;
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  ::munmap(p, static_cast<size_t>(bytes));
+  return static_cast<double>(bytes) / seconds / 1e9;
+}
+
 absl::StatusOr<double> MeasureLoopbackTcpGBps(const LimitTiming& timing, int64_t write_bytes) {
   Fd listener(socket(AF_INET, SOCK_STREAM, 0));
   if (listener.get() < 0) return absl::UnavailableError(ErrnoText("socket"));

@@ -1,5 +1,6 @@
 // What this machine can do, measured in the same run as a benchmark so its figures can be judged
-// against them: memory copy bandwidth, random row gather rate, and loopback TCP bandwidth. Each
+// against them: memory copy bandwidth, random row gather rate, first-touch bandwidth of fresh
+// memory, and loopback TCP bandwidth. Each
 // measurement runs for a fixed time after a warm-up and uses one thread per role.
 //
 // Not thread-safe in the sense that matters: each function keeps a core (or two) busy; run them one
@@ -48,6 +49,12 @@ struct GatherOptions {
 // Single-thread gather of uniformly random rows (ids from a cheap inline generator, written to an
 // id buffer first as a request's would be), copying each row with memcpy. Returns rows/s.
 double MeasureRandomGatherRowsPerSec(const LimitTiming& timing, const GatherOptions& options = {});
+
+// Fresh memory's first touch: a new anonymous mapping of `bytes` (huge pages asked for, as the
+// ps's large tables do), one byte written per 4 KiB page, so the kernel (and, in a VM, the host)
+// must map and zero every page. Returns GB/s of memory made usable. What a table that grows into
+// new memory pays per byte, however fast it fills it.
+double MeasureFirstTouchGBps(int64_t bytes = int64_t{1} << 30);
 
 // A plain TCP connection over 127.0.0.1 (no gRPC), one sender thread writing `write_bytes` per
 // write() and one receiver thread reading into a buffer of the same size. Returns GB/s received.

@@ -70,37 +70,17 @@ constexpr int kSketchRows = 4;
 // Bytes of index per key that max_bytes counts (8-byte entries, the index between 3/8 and 3/4
 // full: 16 bytes at half full).
 constexpr int64_t kIndexBytesPerKey = 16;
-constexpr int64_t kPrefetchAhead = 8;
+// Keys ahead to prefetch: the index entry this far ahead, the record (from an index entry that has
+// had time to arrive) half as far.
+constexpr int64_t kPrefetchAhead = 16;
 constexpr int64_t kDefaultExportKeys = 65536;
 
-// Which block a record number is in, and where: a first block of 64 records, then blocks doubling
-// up to 2^max_shift records (about 2 MiB, so that big tables get huge pages), then blocks of that.
-inline void Locate(uint32_t r, int max_shift, int* block, uint32_t* offset) {
-  if (r < (1u << kFirstBlockShift)) {
-    *block = 0;
-    *offset = r;
-  } else if (r < (1u << max_shift)) {
-    const int width = 32 - __builtin_clz(r);  // r is in [2^(width-1), 2^width)
-    *block = width - kFirstBlockShift;
-    *offset = r - (1u << (width - 1));
-  } else {
-    *block = (max_shift - kFirstBlockShift) + static_cast<int>(r >> max_shift);
-    *offset = r & ((1u << max_shift) - 1);
-  }
-}
-
-inline int64_t BlockRecords(int block, int max_shift) {
-  if (block == 0) return int64_t{1} << kFirstBlockShift;
-  if (block <= max_shift - kFirstBlockShift) return int64_t{1} << (kFirstBlockShift - 1 + block);
-  return int64_t{1} << max_shift;
-}
-
-// The bits of the biggest blocks of a table of `record_bytes` records: at least 2 MiB each.
-int MaxBlockShift(int64_t record_bytes) {
-  int shift = kFirstBlockShift;
-  while (shift < 24 && (int64_t{1} << shift) * record_bytes < (int64_t{2} << 20)) ++shift;
-  return shift;
-}
+// Blocks of records: small blocks first (64 records, then doubling, while a block is under 2 MiB:
+// small tables stay small), then big blocks of one 2 MiB page each (huge pages where the kernel
+// gives them: TableMemory) of as many records as fit. No record straddles a block, and the unused
+// tail of a table is at most one big block per stripe.
+constexpr int64_t kBigBlockBytes = int64_t{2} << 20;
+constexpr int64_t kHugePage = int64_t{2} << 20;
 
 // A uniform draw in [0, 1) from (a, b, c).
 double Draw(uint64_t a, uint64_t b, uint64_t c) {
@@ -197,7 +177,15 @@ absl::StatusOr<std::unique_ptr<DynamicShard>> DynamicShard::Create(const Variabl
     }
   }
   shard->record_bytes_ = (kHeaderBytes + 4 * shard->record_floats() + 7) / 8 * 8;
-  shard->max_block_shift_ = MaxBlockShift(shard->record_bytes_);
+  size_t small = 1;  // blocks 0..small-1 cover records [0, 2^(5 + small))
+  while (small < 20 && (int64_t{1} << (kFirstBlockShift - 1 + small)) * shard->record_bytes_ <
+                           kHugePage) {
+    ++small;
+  }
+  shard->small_blocks_ = small;
+  shard->small_records_ = uint32_t{1} << (kFirstBlockShift - 1 + small);
+  shard->big_block_records_ =
+      static_cast<uint32_t>(std::max<int64_t>(1, kBigBlockBytes / shard->record_bytes_));
   int64_t capacity = d.max_rows();
   if (d.max_bytes() > 0) {
     const int64_t by_bytes = d.max_bytes() / (shard->record_bytes_ + kIndexBytesPerKey);
@@ -226,14 +214,34 @@ absl::StatusOr<std::unique_ptr<DynamicShard>> DynamicShard::Create(const Variabl
 
 // ---- Records and the index of one stripe.
 
-char* DynamicShard::Record(const Stripe& s, uint32_t r) const {
-  int block;
+inline char* DynamicShard::Record(const Stripe& s, uint32_t r) const {
+  size_t block;
   uint32_t offset;
-  Locate(r, max_block_shift_, &block, &offset);
+  if (r < small_records_) {
+    if (r < (1u << kFirstBlockShift)) {
+      block = 0;
+      offset = r;
+    } else {
+      const int width = 32 - __builtin_clz(r);  // r is in [2^(width-1), 2^width)
+      block = static_cast<size_t>(width - kFirstBlockShift);
+      offset = r - (1u << (width - 1));
+    }
+  } else {
+    const uint32_t i = r - small_records_;
+    const uint32_t q = i / big_block_records_;
+    block = small_blocks_ + q;
+    offset = i - q * big_block_records_;
+  }
   return s.blocks[block].data() + static_cast<int64_t>(offset) * record_bytes_;
 }
 
-bool DynamicShard::Probe(const Stripe& s, int64_t key, uint64_t hash, uint64_t* pos) const {
+int64_t DynamicShard::BlockRecords(size_t block) const {
+  if (block >= small_blocks_) return big_block_records_;
+  return block == 0 ? (int64_t{1} << kFirstBlockShift)
+                    : (int64_t{1} << (kFirstBlockShift - 1 + block));
+}
+
+inline bool DynamicShard::Probe(const Stripe& s, int64_t key, uint64_t hash, uint64_t* pos) const {
   if (s.index == nullptr) return false;
   const uint32_t tag = Tag(hash);
   for (uint64_t i = tag & s.mask;; i = (i + 1) & s.mask) {
@@ -241,6 +249,35 @@ bool DynamicShard::Probe(const Stripe& s, int64_t key, uint64_t hash, uint64_t* 
     if (e == 0 || (EntryTag(e) == tag && Header(Record(s, EntryRecord(e)))->key == key)) {
       *pos = i;
       return e != 0;
+    }
+  }
+}
+
+// No lambdas in here: GCC deems a function that only prefetches side-effect free and drops calls
+// to one it doesn't inline, and a lambda's call may not be inlined.
+inline __attribute__((always_inline)) void DynamicShard::PrefetchAhead(
+    const Stripe& s, const uint64_t* hashes, const std::vector<int32_t>& positions, int64_t k,
+    int64_t record_prefix) const {
+  const int64_t n = static_cast<int64_t>(positions.size());
+  constexpr int64_t kRecordAhead = kPrefetchAhead / 2;
+  // The index entries: the first kPrefetchAhead at the start, then one kPrefetchAhead ahead.
+  const int64_t index_from = k == 0 ? 0 : k + kPrefetchAhead;
+  const int64_t index_to = std::min(n, k + kPrefetchAhead + 1);
+  for (int64_t i = index_from; i < index_to; ++i) {
+    __builtin_prefetch(&s.index[Tag(hashes[positions[i]]) & s.mask]);
+  }
+  // The records, from their home entries (which have had time to arrive): every cache line of
+  // their first `record_prefix` bytes.
+  const int64_t record_from = k == 0 ? 0 : k + kRecordAhead;
+  const int64_t record_to = std::min(n, k + kRecordAhead + 1);
+  for (int64_t i = record_from; i < record_to; ++i) {
+    const uint64_t e = s.index[Tag(hashes[positions[i]]) & s.mask];
+    if (e == 0) continue;
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(Record(s, EntryRecord(e)));
+    // Read prefetches (rw 0): a write prefetch needs PREFETCHW, which GCC targets only when told
+    // the CPU has it (-march=native), and otherwise emits nothing at all.
+    for (uintptr_t line = begin & ~uintptr_t{63}; line < begin + record_prefix; line += 64) {
+      __builtin_prefetch(reinterpret_cast<const void*>(line));
     }
   }
 }
@@ -256,29 +293,29 @@ absl::Status DynamicShard::MakeRoom(Stripe& s, int64_t new_keys) {
   // The blocks: enough records, free ones first.
   const int64_t fresh = std::max<int64_t>(0, new_keys - static_cast<int64_t>(s.free_records.size()));
   int64_t have = 0;
-  for (size_t b = 0; b < s.blocks.size(); ++b) {
-    have += BlockRecords(static_cast<int>(b), max_block_shift_);
-  }
+  for (size_t b = 0; b < s.blocks.size(); ++b) have += BlockRecords(b);
   if (static_cast<int64_t>(s.next_record) + fresh > int64_t{0xfffffffe}) {
     return absl::ResourceExhaustedError(
         absl::StrCat(who, ": a stripe can't hold more than 2^32 - 2 records"));
   }
-  std::vector<int64_t> block_sizes;
+  std::vector<int64_t> block_sizes;  // bytes of each new block
   int64_t block_bytes = 0;
-  for (int64_t b = static_cast<int64_t>(s.blocks.size()); have < s.next_record + fresh; ++b) {
-    const int64_t records = BlockRecords(static_cast<int>(b), max_block_shift_);
-    block_sizes.push_back(records);
-    block_bytes += records * record_bytes_;
+  for (size_t b = s.blocks.size(); have < s.next_record + fresh; ++b) {
+    const int64_t records = BlockRecords(b);
+    int64_t bytes = records * record_bytes_;
+    if (b >= small_blocks_) bytes = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+    block_sizes.push_back(bytes);
+    block_bytes += bytes;
     have += records;
   }
   const int64_t index_bytes = grown != capacity ? grown * 8 : 0;
   RETURN_IF_ERROR(s.reservation.Add(block_bytes + index_bytes, who));
-  for (int64_t records : block_sizes) {
-    TableMemory block(static_cast<size_t>(records * record_bytes_));
+  for (int64_t bytes : block_sizes) {
+    TableMemory block(static_cast<size_t>(bytes));
     if (block.data() == nullptr) {
       s.reservation.Remove(block_bytes + index_bytes);
       return absl::ResourceExhaustedError(
-          absl::StrCat(who, ": out of memory for ", records, " records"));
+          absl::StrCat(who, ": out of memory for a block of ", bytes, " bytes"));
     }
     s.blocks.push_back(std::move(block));
   }
@@ -535,7 +572,7 @@ void DynamicShard::ForEachStripe(const std::vector<std::vector<int32_t>>& by_str
 
 void DynamicShard::Find(const int64_t* keys, const uint64_t* hashes,
                         const std::vector<std::vector<int32_t>>& by_stripe, bool sighting,
-                        bool may_sweep, const DynamicOpContext& ctx, std::vector<bool>* found,
+                        bool may_sweep, const DynamicOpContext& ctx, std::vector<uint8_t>* found,
                         char* out, ThreadPool* pool) {
   const int64_t rb = row_bytes();
   const uint32_t step = EffectiveStep(ctx);
@@ -544,24 +581,8 @@ void DynamicShard::Find(const int64_t* keys, const uint64_t* hashes,
     const std::vector<int32_t>& positions = by_stripe[stripe];
     const int64_t n = static_cast<int64_t>(positions.size());
     if (s.index == nullptr) return;  // nothing stored yet: every key is missing
-    // Two stages of prefetch: the index entry kPrefetchAhead positions ahead, and the record of
-    // the entry at its home half as far ahead (usually the right one: the index is at most 3/4 full).
-    auto prefetch_index = [&](int64_t k) {
-      __builtin_prefetch(&s.index[Tag(hashes[positions[k]]) & s.mask]);
-    };
-    auto prefetch_record = [&](int64_t k) {
-      const uint64_t e = s.index[Tag(hashes[positions[k]]) & s.mask];
-      if (e != 0) {
-        const char* r = Record(s, EntryRecord(e));
-        __builtin_prefetch(r, 1);
-        __builtin_prefetch(r + 64, 1);
-      }
-    };
-    for (int64_t k = 0; k < std::min(n, kPrefetchAhead); ++k) prefetch_index(k);
-    for (int64_t k = 0; k < std::min(n, kPrefetchAhead / 2); ++k) prefetch_record(k);
     for (int64_t k = 0; k < n; ++k) {
-      if (k + kPrefetchAhead < n) prefetch_index(k + kPrefetchAhead);
-      if (k + kPrefetchAhead / 2 < n) prefetch_record(k + kPrefetchAhead / 2);
+      PrefetchAhead(s, hashes, positions, k, kHeaderBytes + rb);
       const int32_t p = positions[k];
       uint64_t pos = 0;
       if (!Probe(s, keys[p], hashes[p], &pos)) continue;
@@ -581,18 +602,72 @@ void DynamicShard::Find(const int64_t* keys, const uint64_t* hashes,
       }
       // Copied now, under the stripe's lock: once it is released the record may be evicted.
       if (out != nullptr) std::memcpy(out + p * rb, Floats(record), rb);
-      (*found)[p] = true;
+      (*found)[p] = 1;
     }
   });
+}
+
+std::vector<std::vector<int32_t>> DynamicShard::ByStripe(const uint64_t* hashes,
+                                                          const int32_t* positions,
+                                                          size_t count) const {
+  std::vector<std::vector<int32_t>> by_stripe(kStripes);
+  for (auto& v : by_stripe) v.reserve(count / kStripes + count / 32 + 4);
+  for (size_t i = 0; i < count; ++i) {
+    by_stripe[StripeOf(hashes[positions[i]])].push_back(positions[i]);
+  }
+  return by_stripe;
 }
 
 absl::Status DynamicShard::InsertMissing(const int64_t* keys, const uint64_t* hashes,
                                          const std::vector<int32_t>& missing, bool admission,
                                          bool sighting, const DynamicOpContext& ctx,
-                                         std::vector<char*>* records) {
+                                         std::vector<char*>* records, ThreadPool* pool) {
   const uint32_t step = EffectiveStep(ctx);
-  // 1. Positions still missing (another request may have stored some meanwhile), grouped by key:
-  //    each distinct key once, at its first position, with how often it occurs.
+  // Every stripe is locked by the caller: pieces of the work can run on the pool's threads, one
+  // stripe each, as long as each stays in its stripe.
+  auto each_stripe = [&](const std::vector<std::vector<int32_t>>& groups,
+                         const std::function<void(int stripe)>& fn) {
+    std::vector<int> busy;
+    size_t total = 0;
+    for (int i = 0; i < kStripes; ++i) {
+      if (!groups[i].empty()) busy.push_back(i);
+      total += groups[i].size();
+    }
+    ParallelFor(total < 4096 ? nullptr : pool, static_cast<int64_t>(busy.size()),
+                [&](int64_t k) { fn(busy[k]); });
+  };
+
+  // 1. Which positions are still missing (another request may have stored some meanwhile): a
+  //    probe per position, prefetched, a stripe per piece. state[p]: 1 held now, 2 missing.
+  std::vector<uint8_t> state(records->size(), 0);
+  const std::vector<std::vector<int32_t>> missing_by_stripe =
+      ByStripe(hashes, missing.data(), missing.size());
+  each_stripe(missing_by_stripe, [&](int stripe) {
+    Stripe& s = stripes_[stripe];
+    const std::vector<int32_t>& positions = missing_by_stripe[stripe];
+    for (size_t k = 0; k < positions.size(); ++k) {
+      const int32_t p = positions[k];
+      state[p] = 2;
+      if (s.index == nullptr) continue;
+      PrefetchAhead(s, hashes, positions, static_cast<int64_t>(k), kHeaderBytes);
+      uint64_t pos = 0;
+      if (!Probe(s, keys[p], hashes[p], &pos)) continue;
+      RecordHeader* h = Header(Record(s, EntryRecord(s.index[pos])));
+      if (Expired(h->step)) {
+        EraseAt(s, pos, ctx);  // expired: stored afresh below
+        evicted_ttl_.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      if (sighting) {
+        h->count = SaturatingAdd(h->count, 1);
+        Touch(&h->step, step);
+        h->generation = ctx.generation;
+      }
+      state[p] = 1;
+    }
+  });
+
+  // 2. The missing keys, each once (at its first position, with how often it occurs).
   struct NewKey {
     int32_t first;
     uint32_t occurrences;
@@ -606,29 +681,18 @@ absl::Status DynamicShard::InsertMissing(const int64_t* keys, const uint64_t* ha
     std::vector<int32_t> still;
     still.reserve(missing.size());
     for (int32_t p : missing) {
-      Stripe& s = stripes_[StripeOf(hashes[p])];
-      uint64_t pos = 0;
-      if (Probe(s, keys[p], hashes[p], &pos)) {
-        RecordHeader* h = Header(Record(s, EntryRecord(s.index[pos])));
-        if (!Expired(h->step)) {
-          if (sighting) {
-            h->count = SaturatingAdd(h->count, 1);
-            Touch(&h->step, step);
-            h->generation = ctx.generation;
-          }
-          present.push_back(p);
-          continue;
-        }
-        EraseAt(s, pos, ctx);  // expired: stored afresh below
-        evicted_ttl_.fetch_add(1, std::memory_order_relaxed);
+      if (state[p] == 1) {
+        present.push_back(p);
+      } else {
+        still.push_back(p);
       }
-      still.push_back(p);
     }
     std::vector<int64_t> still_keys(still.size());
     for (size_t i = 0; i < still.size(); ++i) still_keys[i] = keys[still[i]];
     const std::vector<RepeatFinder::Repeat>& repeats = ThreadRepeatFinder().Find(
         reinterpret_cast<const char*>(still_keys.data()), static_cast<int64_t>(still.size()));
     std::vector<int32_t> fresh_of(still.size(), -1);
+    fresh.reserve(still.size());
     auto repeat = repeats.begin();
     for (size_t i = 0; i < still.size(); ++i) {
       if (repeat != repeats.end() && repeat->later == static_cast<int64_t>(i)) {
@@ -645,42 +709,54 @@ absl::Status DynamicShard::InsertMissing(const int64_t* keys, const uint64_t* ha
     }
   }
 
-  // 2. Which keys are stored: admission, then the capacity (the first `capacity` new keys win).
+  // 3. Which keys are stored: admission, then the capacity (the first `capacity` new keys win).
   int64_t to_store = 0;
   for (NewKey& k : fresh) {
     k.admitted = !admission || Admits(keys[k.first], k.occurrences);
     if (k.admitted && capacity_ > 0 && to_store >= capacity_) k.admitted = false;
     if (k.admitted) ++to_store;
   }
-  // 3. Room: evictions first (they stand even if the memory below can't be had), then memory for
+  // 4. Room: evictions first (they stand even if the memory below can't be had), then memory for
   //    every stripe, so that a failure stores nothing and counts nothing.
   if (capacity_ > 0 && live_.load(std::memory_order_relaxed) + to_store > capacity_) {
     EvictLeastRecentlyUsed(capacity_ - capacity_ / 16 - to_store, ctx);
   }
+  std::vector<int32_t> stored;  // first positions of the keys to store
+  stored.reserve(static_cast<size_t>(to_store));
   int64_t per_stripe[kStripes] = {};
   for (const NewKey& k : fresh) {
-    if (k.admitted) ++per_stripe[StripeOf(hashes[k.first])];
+    if (!k.admitted) continue;
+    stored.push_back(k.first);
+    ++per_stripe[StripeOf(hashes[k.first])];
   }
   for (int i = 0; i < kStripes; ++i) {
     // Memory kept by the stripes that did make room stays reserved for their next inserts.
     RETURN_IF_ERROR(MakeRoom(stripes_[i], per_stripe[i]));
   }
-  // 4. Store.
+  // 5. Store: the sketch counts the keys turned away; the rest are inserted, a stripe per piece.
+  std::vector<uint32_t> occurrences(records->size(), 0);
   for (const NewKey& k : fresh) {
-    if (!k.admitted) {
-      if (admission) {
-        SketchAdd(keys[k.first], k.occurrences);
-        rejected_.fetch_add(k.occurrences, std::memory_order_relaxed);
-      }
-      continue;
+    if (k.admitted) {
+      occurrences[k.first] = k.occurrences;
+    } else if (admission) {
+      SketchAdd(keys[k.first], k.occurrences);
+      rejected_.fetch_add(k.occurrences, std::memory_order_relaxed);
     }
-    Stripe& s = stripes_[StripeOf(hashes[k.first])];
-    uint64_t pos = 0;
-    Probe(s, keys[k.first], hashes[k.first], &pos);  // missing: the empty position
-    (*records)[k.first] = InsertAt(s, keys[k.first], hashes[k.first], pos, step,
-                                   sighting ? k.occurrences : 0, ctx);
-    admitted_.fetch_add(1, std::memory_order_relaxed);
   }
+  const std::vector<std::vector<int32_t>> stored_by_stripe =
+      ByStripe(hashes, stored.data(), stored.size());
+  each_stripe(stored_by_stripe, [&](int stripe) {
+    Stripe& s = stripes_[stripe];
+    const std::vector<int32_t>& positions = stored_by_stripe[stripe];
+    for (size_t k = 0; k < positions.size(); ++k) {
+      PrefetchAhead(s, hashes, positions, static_cast<int64_t>(k), /*record_prefix=*/0);
+      const int32_t p = positions[k];
+      uint64_t pos = 0;
+      Probe(s, keys[p], hashes[p], &pos);  // missing: the empty position
+      (*records)[p] = InsertAt(s, keys[p], hashes[p], pos, step, sighting ? occurrences[p] : 0, ctx);
+    }
+    admitted_.fetch_add(static_cast<int64_t>(positions.size()), std::memory_order_relaxed);
+  });
   for (size_t i = 0; i < later.size(); ++i) {
     (*records)[later[i]] = (*records)[fresh[later_of[i]].first];
   }
@@ -709,7 +785,7 @@ absl::Status DynamicShard::Lookup(absl::string_view keys_bytes, bool insert,
     hashes[i] = StripeHash(keys[i]);
     by_stripe[StripeOf(hashes[i])].push_back(static_cast<int32_t>(i));
   }
-  std::vector<bool> found(n, false);
+  std::vector<uint8_t> found(n, 0);  // bytes: pieces on other threads write their own
   Find(keys.data(), hashes.data(), by_stripe, /*sighting=*/insert, /*may_sweep=*/insert, ctx,
        &found, out, pool);
   std::vector<int32_t> missing;
@@ -722,7 +798,7 @@ absl::Status DynamicShard::Lookup(absl::string_view keys_bytes, bool insert,
   if (insert) {
     LockAll();
     absl::Status inserted = InsertMissing(keys.data(), hashes.data(), missing, /*admission=*/true,
-                                          /*sighting=*/true, ctx, &records);
+                                          /*sighting=*/true, ctx, &records, pool);
     if (inserted.ok()) {
       for (int32_t p : missing) {
         if (records[p] != nullptr) std::memcpy(out + p * rb, Floats(records[p]), rb);
@@ -830,7 +906,15 @@ absl::Status DynamicShard::Update(const UpdateOpView& op, const DynamicOpContext
     std::vector<char*> records(n, nullptr);
     ForEachStripe(by_stripe, pool, [&](int stripe) {
       Stripe& s = stripes_[stripe];
-      for (int32_t p : by_stripe[stripe]) {
+      const std::vector<int32_t>& positions = by_stripe[stripe];
+      if (s.index == nullptr) {
+        dropped_gradients_.fetch_add(static_cast<int64_t>(positions.size()),
+                                     std::memory_order_relaxed);
+        return;
+      }
+      for (size_t k = 0; k < positions.size(); ++k) {
+        PrefetchAhead(s, hashes.data(), positions, static_cast<int64_t>(k), record_bytes_);
+        const int32_t p = positions[k];
         if (grad[p] == nullptr) continue;
         uint64_t pos = 0;
         if (!Probe(s, keys[p], hashes[p], &pos) ||
@@ -844,7 +928,7 @@ absl::Status DynamicShard::Update(const UpdateOpView& op, const DynamicOpContext
         h->generation = ctx.generation;
         float* var = Floats(record);
         float* slot_rows[4];
-        for (int k = 0; k < num_slots_; ++k) slot_rows[k] = var + (k + 1) * dim_;
+        for (int slot = 0; slot < num_slots_; ++slot) slot_rows[slot] = var + (slot + 1) * dim_;
         optimizer_->ApplyRow(var, slot_rows, grad[p], dim_, scalars);
       }
     });
@@ -865,7 +949,7 @@ absl::Status DynamicShard::Update(const UpdateOpView& op, const DynamicOpContext
     }
   }
   absl::Status inserted = InsertMissing(keys.data(), hashes.data(), missing, /*admission=*/false,
-                                        /*sighting=*/false, ctx, &records);
+                                        /*sighting=*/false, ctx, &records, pool);
   if (inserted.ok()) {
     for (int64_t i = 0; i < n; ++i) {
       // Every key's record now (inserting may have evicted keys to make room).

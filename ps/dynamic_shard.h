@@ -168,10 +168,18 @@ class DynamicShard {
   explicit DynamicShard(VariableShardDef def);
 
   // ---- One stripe, its lock held (or every stripe's, where said).
-  char* Record(const Stripe& s, uint32_t r) const;
+  inline char* Record(const Stripe& s, uint32_t r) const;
+  // Records in block `block` of a stripe.
+  int64_t BlockRecords(size_t block) const;
   // Finds `key` (`hash` = its StripeHash): true and its index position, or false and the empty
   // position where it would go.
-  bool Probe(const Stripe& s, int64_t key, uint64_t hash, uint64_t* pos) const;
+  inline bool Probe(const Stripe& s, int64_t key, uint64_t hash, uint64_t* pos) const;
+  // The prefetches for position k of a stripe's positions (its first call, k = 0, starts the
+  // pipeline): the index entry of position k + 16, and the first `record_prefix` bytes of the
+  // record of position k + 8 (from its home entry, which has had time to arrive). A stripe with an
+  // index only.
+  void PrefetchAhead(const Stripe& s, const uint64_t* hashes, const std::vector<int32_t>& positions,
+                     int64_t k, int64_t record_prefix) const;
   // Makes room for `new_keys` more keys in `s` (blocks and index), reserving their memory.
   // Errors: kResourceExhausted, with nothing changed.
   absl::Status MakeRoom(Stripe& s, int64_t new_keys);
@@ -205,7 +213,8 @@ class DynamicShard {
   // lookups counts each found key's sighting. found[p]: the key at p is held (and unexpired).
   void Find(const int64_t* keys, const uint64_t* hashes,
             const std::vector<std::vector<int32_t>>& by_stripe, bool sighting, bool may_sweep,
-            const DynamicOpContext& ctx, std::vector<bool>* found, char* out, ThreadPool* pool);
+            const DynamicOpContext& ctx, std::vector<uint8_t>* found, char* out,
+            ThreadPool* pool);
   // With every stripe locked: stores the keys at `missing` that are still missing, subject to
   // admission if `admission`, and counts sightings; records[p] is then the record of every
   // position of `missing` whose key is held (valid while the stripes stay locked).
@@ -213,7 +222,10 @@ class DynamicShard {
   absl::Status InsertMissing(const int64_t* keys, const uint64_t* hashes,
                              const std::vector<int32_t>& missing, bool admission,
                              bool sighting, const DynamicOpContext& ctx,
-                             std::vector<char*>* records);
+                             std::vector<char*>* records, ThreadPool* pool);
+  // `positions` grouped by the stripe of their key, in order.
+  std::vector<std::vector<int32_t>> ByStripe(const uint64_t* hashes, const int32_t* positions,
+                                             size_t count) const;
   void LockAll() const;
   void UnlockAll() const;
 
@@ -221,7 +233,11 @@ class DynamicShard {
   int64_t dim_ = 0;
   int num_slots_ = 0;
   int64_t record_bytes_ = 0;
-  int max_block_shift_ = 0;
+  // Record blocks: small ones (doubling from 64 records) for records [0, small_records_), then
+  // big ones of big_block_records_ each.
+  size_t small_blocks_ = 0;
+  uint32_t small_records_ = 0;
+  uint32_t big_block_records_ = 1;
   int64_t capacity_ = 0;
   int64_t ttl_ = 0;
   std::unique_ptr<Optimizer> optimizer_;

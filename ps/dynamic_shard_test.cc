@@ -460,6 +460,23 @@ TEST(DynamicShardTest, ConcurrentInsertsUpdatesAndErases_StayConsistent) {
   }
 }
 
+// A lookup big enough to be split over the pool: every present key reads its own row, never the
+// default (the pieces, on different threads, record which keys they found side by side).
+TEST(DynamicShardTest, LookupSplitOverThePool_EveryPresentKeyReadsItsRow) {
+  auto shard = Make(Def());
+  ThreadPool pool(3);
+  std::vector<int64_t> keys(40000);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = static_cast<int64_t>(i) * 17 + 3;
+  std::vector<float> rows(keys.size() * kDim);
+  ASSERT_TRUE(shard->Lookup(Keys(keys), true, At(1), reinterpret_cast<char*>(rows.data()), &pool).ok());
+  for (int round = 0; round < 20; ++round) {
+    std::vector<float> again(keys.size() * kDim, -1);
+    ASSERT_TRUE(shard->Lookup(Keys(keys), /*insert=*/false, At(2),
+                              reinterpret_cast<char*>(again.data()), &pool).ok());
+    ASSERT_EQ(again, rows) << "round " << round;
+  }
+}
+
 // At steady state a key costs at most 1.5x its row and slots (16 floats + Adagrad's accumulator:
 // 128 bytes): a 152-byte record plus 8-16 bytes of index and the last block's unused part.
 TEST(DynamicShardTest, BytesPerKey_AtMostOneAndAHalfRowAndSlots) {
@@ -471,7 +488,7 @@ TEST(DynamicShardTest, BytesPerKey_AtMostOneAndAHalfRowAndSlots) {
   std::vector<int64_t> keys(16384);
   int64_t next = 0;
   std::vector<float> out(keys.size() * 16);
-  for (int round = 0; round < 30; ++round) {
+  for (int round = 0; round < 64; ++round) {  // 1M keys: the blocks' unused tail is small
     for (int64_t& k : keys) k = next++;
     ASSERT_TRUE(shard->Lookup(Keys(keys), true, At(round + 1), reinterpret_cast<char*>(out.data()), nullptr).ok());
   }
