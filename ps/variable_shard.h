@@ -90,10 +90,12 @@ class VariableShard {
       for (int64_t b = 0; b < row_bytes_; b += 64) __builtin_prefetch(v + b);
       return;
     }
-    for (int64_t b = 0; b < row_bytes_; b += 64) __builtin_prefetch(v + b, /*rw=*/1);
+    // Read prefetches, though the rows are then written: a write prefetch needs PREFETCHW, which
+    // GCC targets only when told the CPU has it (-march=native) and otherwise drops entirely.
+    for (int64_t b = 0; b < row_bytes_; b += 64) __builtin_prefetch(v + b);
     for (const TableMemory& slot : slots_) {
       const char* p = slot.data() + row * row_bytes_;
-      for (int64_t b = 0; b < row_bytes_; b += 64) __builtin_prefetch(p + b, /*rw=*/1);
+      for (int64_t b = 0; b < row_bytes_; b += 64) __builtin_prefetch(p + b);
     }
   }
   // Calls fn(i, local row of ids[i]) for i in [begin, end) in order, prefetching rows (and slots)
