@@ -340,7 +340,7 @@ void MeasureOwnWork(const Timing& timing, const Workload& w, double gather_limit
     const UpdateRequest& u = w.dynamic_pushes[next++ % w.sets()];
     const std::string& ids = u.ops(0).ids();
     const float* grads = reinterpret_cast<const float*>(u.ops(0).values().data());
-    const StepScalars scalars = adagrad->Prepare(++applies);
+    const StepScalars scalars = adagrad->Prepare(++applies, applies - 1);
     const int64_t n = static_cast<int64_t>(ids.size() / 8);
     for (int64_t i = 0; i < n; ++i) {
       int64_t key;

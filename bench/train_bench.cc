@@ -146,7 +146,7 @@ class LocalVariable {
 
   // Applies `grad` to `count` consecutive rows from `first` (the ps's ApplyRow, row by row).
   void Apply(int64_t first, int64_t count, const float* grad, int64_t step) {
-    const StepScalars scalars = optimizer_->Prepare(step);
+    const StepScalars scalars = optimizer_->Prepare(step, step - 1);
     std::vector<float*> slots(slots_.size());
     for (int64_t r = first; r < first + count; ++r) {
       for (size_t s = 0; s < slots_.size(); ++s) slots[s] = slots_[s].data() + r * width_;

@@ -281,8 +281,10 @@ absl::StatusOr<std::vector<Tensor>> TrainStep(ClosureContext& ctx, absl::Span<co
   const int64_t n = static_cast<int64_t>(rows.size());
   ASSIGN_OR_RETURN(float loss, mlp.ForwardBackward(res->replicas(), params.get(), n, x.data(),
                                                    labels.data(), grads.get()));
-  // The gradients and the averages' sums travel in one request per ps task.
+  // The gradients and the averages' sums travel in one request per ps task, with the step (the
+  // learning-rate schedule's argument; 1-based on the wire).
   UpdateBatch update;
+  update.set_step(step + 1);
   RETURN_IF_ERROR(AddDenseOps(vars, mlp, UpdateOp::APPLY_GRADIENT, grads.get(), &update));
   RETURN_IF_ERROR(AddDenseOps(sums, mlp, UpdateOp::ASSIGN_ADD, params.get(), &update));
   RETURN_IF_ERROR(update.Run());

@@ -220,8 +220,8 @@ absl::StatusOr<std::vector<Tensor>> TrainStep(ClosureContext& ctx, absl::Span<co
   };
   const auto unique = absl::MakeConstSpan(p.unique.data(), static_cast<size_t>(p.num_unique));
   UpdateBatch update;
+  update.set_step(global_step);  // recency and TTL of dynamic tables; every schedule's argument
   if (v.emb_table.has_value()) {
-    update.set_step(global_step);
     RETURN_IF_ERROR(update.AddSparse(*v.emb_table, UpdateOp::APPLY_GRADIENT, unique,
                                      bytes(layout.emb, layout.lr).data()));
     RETURN_IF_ERROR(update.AddSparse(*v.lr_table, UpdateOp::APPLY_GRADIENT, unique,

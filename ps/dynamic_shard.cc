@@ -880,7 +880,8 @@ absl::Status DynamicShard::Update(const UpdateOpView& op, const DynamicOpContext
   const std::vector<const char*> src = rows.RowAddresses();
 
   if (op.kind == UpdateOp::APPLY_GRADIENT) {
-    const StepScalars scalars = optimizer_->Prepare(apply_count_.fetch_add(1) + 1);
+    const int64_t t = apply_count_.fetch_add(1) + 1;
+    const StepScalars scalars = optimizer_->Prepare(t, ctx.step > 0 ? ctx.step - 1 : t - 1);
     // Repeated keys are summed first (as TF's sparse apply): the optimizer sees each key once.
     std::vector<const UnalignedFloat*> grad(n);
     for (int64_t i = 0; i < n; ++i) grad[i] = reinterpret_cast<const UnalignedFloat*>(src[i]);

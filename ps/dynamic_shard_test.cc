@@ -202,7 +202,7 @@ TEST(DynamicShardTest, ApplyGradient_IsTheOptimizerOnTheRecord_RepeatsSummed_Abs
   std::vector<float> sum10 = {0, 1, 2, 3};
   float* slots[1] = {acc10.data()};
   optimizer->ApplyRow(want10.data(), slots, reinterpret_cast<const UnalignedFloat*>(sum10.data()),
-                      kDim, optimizer->Prepare(1));
+                      kDim, optimizer->Prepare(1, 0));
   std::vector<float> got = Lookup(*shard, {10}, false, 2);
   for (int k = 0; k < kDim; ++k) EXPECT_FLOAT_EQ(got[k], want10[k]) << k;
   std::map<int64_t, std::vector<float>> all = ExportAll(*shard, 10, /*with_slots=*/true);

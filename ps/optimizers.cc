@@ -17,16 +17,14 @@ absl::Status Check(bool ok, absl::string_view optimizer, absl::string_view what,
 // var -= lr * g
 class Sgd final : public Optimizer {
  public:
-  explicit Sgd(OptimizerDef def) : Optimizer(std::move(def)), lr_(def_.learning_rate()) {}
+  explicit Sgd(OptimizerDef def) : Optimizer(std::move(def)) {}
   std::vector<std::string> slot_names() const override { return {}; }
   float slot_initial_value(int) const override { return 0; }
   void ApplyRow(float* __restrict var, float* const*, const UnalignedFloat* __restrict g,
-                int64_t width, const StepScalars&) const override {
-    for (int64_t i = 0; i < width; ++i) var[i] -= lr_ * g[i];
+                int64_t width, const StepScalars& s) const override {
+    const float lr = s.lr;
+    for (int64_t i = 0; i < width; ++i) var[i] -= lr * g[i];
   }
-
- private:
-  const float lr_;
 };
 
 // TF ApplyMomentum: accum = accum * momentum + g;
@@ -35,44 +33,42 @@ class Sgd final : public Optimizer {
 class Momentum final : public Optimizer {
  public:
   explicit Momentum(OptimizerDef def)
-      : Optimizer(std::move(def)),
-        lr_(def_.learning_rate()),
-        momentum_(def_.momentum()),
-        nesterov_(def_.nesterov()) {}
+      : Optimizer(std::move(def)), momentum_(def_.momentum()), nesterov_(def_.nesterov()) {}
   std::vector<std::string> slot_names() const override { return {"momentum"}; }
   float slot_initial_value(int) const override { return 0; }
   void ApplyRow(float* __restrict var, float* const* slots, const UnalignedFloat* __restrict g,
-                int64_t width, const StepScalars&) const override {
+                int64_t width, const StepScalars& s) const override {
     float* __restrict accum = slots[0];
+    const float lr = s.lr;
     for (int64_t i = 0; i < width; ++i) {
       accum[i] = accum[i] * momentum_ + g[i];
-      var[i] -= nesterov_ ? lr_ * g[i] + lr_ * momentum_ * accum[i] : lr_ * accum[i];
+      var[i] -= nesterov_ ? lr * g[i] + lr * momentum_ * accum[i] : lr * accum[i];
     }
   }
 
  private:
-  const float lr_, momentum_;
+  const float momentum_;
   const bool nesterov_;
 };
 
 // TF ApplyAdagradV2: accum += g^2; var -= lr * g / (sqrt(accum) + epsilon)
 class Adagrad final : public Optimizer {
  public:
-  explicit Adagrad(OptimizerDef def)
-      : Optimizer(std::move(def)), lr_(def_.learning_rate()), eps_(def_.epsilon()) {}
+  explicit Adagrad(OptimizerDef def) : Optimizer(std::move(def)), eps_(def_.epsilon()) {}
   std::vector<std::string> slot_names() const override { return {"accumulator"}; }
   float slot_initial_value(int) const override { return def_.initial_accumulator_value(); }
   void ApplyRow(float* __restrict var, float* const* slots, const UnalignedFloat* __restrict g,
-                int64_t width, const StepScalars&) const override {
+                int64_t width, const StepScalars& s) const override {
     float* __restrict accum = slots[0];
+    const float lr = s.lr;
     for (int64_t i = 0; i < width; ++i) {
       accum[i] += g[i] * g[i];
-      var[i] -= lr_ * g[i] / (std::sqrt(accum[i]) + eps_);
+      var[i] -= lr * g[i] / (std::sqrt(accum[i]) + eps_);
     }
   }
 
  private:
-  const float lr_, eps_;
+  const float eps_;
 };
 
 // TF ApplyAdam: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
@@ -88,11 +84,11 @@ class Adam final : public Optimizer {
         eps_(def_.epsilon()) {}
   std::vector<std::string> slot_names() const override { return {"m", "v"}; }
   float slot_initial_value(int) const override { return 0; }
-  StepScalars Prepare(int64_t step) const override {
-    const double t = static_cast<double>(step);
+  StepScalars Prepare(int64_t t, int64_t step) const override {
+    const double tt = static_cast<double>(t);
     StepScalars s;
-    s.lr = static_cast<float>(def_.learning_rate() * std::sqrt(1.0 - std::pow(def_.beta_2(), t)) /
-                              (1.0 - std::pow(def_.beta_1(), t)));
+    s.lr = static_cast<float>(LearningRate(step) * std::sqrt(1.0 - std::pow(def_.beta_2(), tt)) /
+                              (1.0 - std::pow(def_.beta_1(), tt)));
     return s;
   }
   void ApplyRow(float* __restrict var, float* const* slots, const UnalignedFloat* __restrict g,
@@ -119,19 +115,21 @@ class Ftrl final : public Optimizer {
  public:
   explicit Ftrl(OptimizerDef def)
       : Optimizer(std::move(def)),
-        lr_(def_.learning_rate()),
         power_(def_.learning_rate_power()),
         l1_(def_.l1_regularization_strength()),
-        l2_(def_.l2_regularization_strength() + def_.beta() / (2.0 * def_.learning_rate())),
+        l2_(def_.l2_regularization_strength()),
+        beta_(def_.beta()),
         shrinkage_(def_.l2_shrinkage_regularization_strength()) {}
   std::vector<std::string> slot_names() const override { return {"accumulator", "linear"}; }
   float slot_initial_value(int slot) const override {
     return slot == 0 ? def_.initial_accumulator_value() : 0;
   }
   void ApplyRow(float* __restrict var, float* const* slots, const UnalignedFloat* __restrict g,
-                int64_t width, const StepScalars&) const override {
+                int64_t width, const StepScalars& s) const override {
     float* accum = slots[0];
     float* linear = slots[1];
+    const double lr = s.lr;
+    const double l2 = l2_ + beta_ / (2.0 * lr);  // Keras folds beta into l2
     const bool sqrt_power = power_ == -0.5;
     for (int64_t i = 0; i < width; ++i) {
       const double grad = g[i];
@@ -140,8 +138,8 @@ class Ftrl final : public Optimizer {
       const double new_pow = sqrt_power ? std::sqrt(accum_new) : std::pow(accum_new, -power_);
       const double old_pow = sqrt_power ? std::sqrt(static_cast<double>(accum[i]))
                                         : std::pow(static_cast<double>(accum[i]), -power_);
-      linear[i] += static_cast<float>(g_shrink - (new_pow - old_pow) / lr_ * var[i]);
-      const double quadratic = new_pow / lr_ + 2.0 * l2_;
+      linear[i] += static_cast<float>(g_shrink - (new_pow - old_pow) / lr * var[i]);
+      const double quadratic = new_pow / lr + 2.0 * l2;
       const double lin = linear[i];
       var[i] = std::fabs(lin) > l1_
                    ? static_cast<float>(((lin > 0 ? l1_ : -l1_) - lin) / quadratic)
@@ -151,12 +149,87 @@ class Ftrl final : public Optimizer {
   }
 
  private:
-  const double lr_, power_, l1_, l2_, shrinkage_;
+  const double power_, l1_, l2_, beta_, shrinkage_;
 };
 
 }  // namespace
 
-StepScalars Optimizer::Prepare(int64_t /*step*/) const { return StepScalars(); }
+StepScalars Optimizer::Prepare(int64_t /*t*/, int64_t step) const {
+  StepScalars s;
+  s.lr = static_cast<float>(LearningRate(step));
+  return s;
+}
+
+double ScheduledLearningRate(double learning_rate, const LearningRateSchedule& sc, int64_t step) {
+  const double x = static_cast<double>(std::max<int64_t>(step, 0));
+  switch (sc.kind()) {
+    case LearningRateSchedule::EXPONENTIAL_DECAY: {
+      double p = x / static_cast<double>(sc.decay_steps());
+      if (sc.staircase()) p = std::floor(p);
+      return learning_rate * std::pow(sc.decay_rate(), p);
+    }
+    case LearningRateSchedule::PIECEWISE_CONSTANT: {
+      int i = 0;
+      while (i < sc.boundaries_size() && step > sc.boundaries(i)) ++i;
+      return sc.values(i);
+    }
+    case LearningRateSchedule::COSINE_DECAY: {
+      const double decay_steps = static_cast<double>(sc.decay_steps());
+      auto decay = [&](double s, double from) {
+        const double fraction = std::min(s, decay_steps) / decay_steps;
+        const double cosine = 0.5 * (1.0 + std::cos(M_PI * fraction));
+        return from * ((1.0 - sc.alpha()) * cosine + sc.alpha());
+      };
+      if (sc.warmup_steps() <= 0) return decay(x, learning_rate);
+      const double warmup = static_cast<double>(sc.warmup_steps());
+      if (x < warmup) {
+        return learning_rate + (sc.warmup_target() - learning_rate) * (x / warmup);
+      }
+      return decay(x - warmup, sc.warmup_target());
+    }
+    default:
+      return learning_rate;
+  }
+}
+
+absl::Status ValidateSchedule(const LearningRateSchedule& sc) {
+  auto bad = [](absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat("learning-rate schedule: ", what));
+  };
+  switch (sc.kind()) {
+    case LearningRateSchedule::CONSTANT:
+      return absl::OkStatus();
+    case LearningRateSchedule::EXPONENTIAL_DECAY:
+      if (sc.decay_steps() <= 0) return bad("exponential decay needs decay_steps > 0");
+      if (!(sc.decay_rate() > 0)) return bad("exponential decay needs decay_rate > 0");
+      return absl::OkStatus();
+    case LearningRateSchedule::PIECEWISE_CONSTANT:
+      if (sc.values_size() != sc.boundaries_size() + 1) {
+        return bad(absl::StrCat("piecewise constant needs one more value than boundaries (",
+                                sc.values_size(), " values, ", sc.boundaries_size(),
+                                " boundaries)"));
+      }
+      for (int i = 1; i < sc.boundaries_size(); ++i) {
+        if (sc.boundaries(i) <= sc.boundaries(i - 1)) {
+          return bad("piecewise constant boundaries must increase");
+        }
+      }
+      for (double v : sc.values()) {
+        if (!(v > 0)) return bad("piecewise constant values must be > 0");
+      }
+      return absl::OkStatus();
+    case LearningRateSchedule::COSINE_DECAY:
+      if (sc.decay_steps() <= 0) return bad("cosine decay needs decay_steps > 0");
+      if (!(sc.alpha() >= 0 && sc.alpha() <= 1)) return bad("cosine decay alpha must be in [0, 1]");
+      if (sc.warmup_steps() < 0) return bad("cosine decay warmup_steps must be >= 0");
+      if (sc.warmup_steps() > 0 && !(sc.warmup_target() > 0)) {
+        return bad("cosine decay with warmup_steps needs warmup_target > 0");
+      }
+      return absl::OkStatus();
+    default:
+      return bad(absl::StrCat("unknown kind ", static_cast<int>(sc.kind())));
+  }
+}
 
 absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const OptimizerDef& in) {
   OptimizerDef def = in;
@@ -224,6 +297,9 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const OptimizerDef&
   }
   RETURN_IF_ERROR(Check(def.learning_rate() > 0, name, "learning_rate must be > 0",
                         def.learning_rate()));
+  if (absl::Status sc = ValidateSchedule(def.schedule()); !sc.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " optimizer: ", sc.message()));
+  }
   switch (def.kind()) {
     case OptimizerDef::SGD: return std::unique_ptr<Optimizer>(new Sgd(def));
     case OptimizerDef::MOMENTUM: return std::unique_ptr<Optimizer>(new Momentum(def));

@@ -18,10 +18,18 @@ namespace pstrain {
 // whatever offset the message put them), so loads through this type assume no alignment.
 typedef float UnalignedFloat __attribute__((aligned(1)));
 
-// Per-apply scalars an optimizer computes once per update op (e.g. Adam's bias-corrected rate).
+// Per-apply scalars an optimizer computes once per update op: the learning rate (the schedule's,
+// at the update's step; Adam's with its bias correction).
 struct StepScalars {
   float lr = 0;
 };
+
+// The schedule's learning rate at `step` (0-based) for an optimizer whose base rate is
+// `learning_rate` (see LearningRateSchedule in proto/ps_service.proto).
+double ScheduledLearningRate(double learning_rate, const LearningRateSchedule& schedule,
+                             int64_t step);
+// Errors: kInvalidArgument naming the schedule's bad field.
+absl::Status ValidateSchedule(const LearningRateSchedule& schedule);
 
 // Stateless apart from its hyperparameters: the state is in the slots. Thread-safe.
 class Optimizer {
@@ -39,8 +47,13 @@ class Optimizer {
   virtual float slot_initial_value(int slot) const = 0;
   int num_slots() const { return static_cast<int>(slot_names().size()); }
 
-  // Scalars for the `step`-th (1-based) gradient applied to this shard.
-  virtual StepScalars Prepare(int64_t step) const;
+  // Scalars for the `t`-th (1-based) gradient applied to this shard, computed at training step
+  // `step` (0-based; the schedule's argument).
+  virtual StepScalars Prepare(int64_t t, int64_t step) const;
+  // The learning rate at `step`: the schedule's.
+  double LearningRate(int64_t step) const {
+    return ScheduledLearningRate(def_.learning_rate(), def_.schedule(), step);
+  }
   // Applies `grad` to one row of `width` floats: `var` and each slots[i] point at that row.
   virtual void ApplyRow(float* var, float* const* slots, const UnalignedFloat* grad, int64_t width,
                         const StepScalars& scalars) const = 0;

@@ -24,7 +24,7 @@ float ApplySteps(const Optimizer& opt, float var, std::vector<float> grads, std:
   float* slot_ptrs[4];
   for (int s = 0; s < opt.num_slots(); ++s) slot_ptrs[s] = &(*slots)[s];
   for (size_t t = 0; t < grads.size(); ++t) {
-    opt.ApplyRow(&var, slot_ptrs, &grads[t], /*width=*/1, opt.Prepare(t + 1));
+    opt.ApplyRow(&var, slot_ptrs, &grads[t], /*width=*/1, opt.Prepare(t + 1, t));
   }
   return var;
 }
@@ -131,6 +131,94 @@ TEST(OptimizerTest, Create_BadHyperparameters_NamedInError) {
     EXPECT_EQ(opt.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(std::string(opt.status().message()), HasSubstr(c.message));
   }
+}
+
+}  // namespace
+}  // namespace pstrain
+
+namespace pstrain {
+namespace {
+
+LearningRateSchedule Schedule(LearningRateSchedule::Kind kind) {
+  LearningRateSchedule s;
+  s.set_kind(kind);
+  return s;
+}
+
+// Each schedule at given steps against Keras's formulas, worked by hand.
+TEST(LearningRateScheduleTest, MatchesKerasFormulas) {
+  // ExponentialDecay(0.1, decay_steps=100000, decay_rate=0.96): 0.1 * 0.96^(step / 100000).
+  LearningRateSchedule e = Schedule(LearningRateSchedule::EXPONENTIAL_DECAY);
+  e.set_decay_steps(100000);
+  e.set_decay_rate(0.96);
+  EXPECT_DOUBLE_EQ(ScheduledLearningRate(0.1, e, 0), 0.1);
+  EXPECT_NEAR(ScheduledLearningRate(0.1, e, 50000), 0.1 * std::sqrt(0.96), 1e-12);
+  EXPECT_NEAR(ScheduledLearningRate(0.1, e, 200000), 0.1 * 0.96 * 0.96, 1e-12);
+  e.set_staircase(true);
+  EXPECT_DOUBLE_EQ(ScheduledLearningRate(0.1, e, 99999), 0.1);
+  EXPECT_NEAR(ScheduledLearningRate(0.1, e, 100000), 0.096, 1e-12);
+  // PiecewiseConstantDecay([100000, 110000], [1.0, 0.5, 0.1]).
+  LearningRateSchedule p = Schedule(LearningRateSchedule::PIECEWISE_CONSTANT);
+  p.add_boundaries(100000);
+  p.add_boundaries(110000);
+  for (double v : {1.0, 0.5, 0.1}) p.add_values(v);
+  EXPECT_EQ(ScheduledLearningRate(0.3, p, 0), 1.0);
+  EXPECT_EQ(ScheduledLearningRate(0.3, p, 100000), 1.0);
+  EXPECT_EQ(ScheduledLearningRate(0.3, p, 100001), 0.5);
+  EXPECT_EQ(ScheduledLearningRate(0.3, p, 110000), 0.5);
+  EXPECT_EQ(ScheduledLearningRate(0.3, p, 110001), 0.1);
+  // CosineDecay(0.1, decay_steps=1000, alpha): 0.1 * ((1 - a) (1 + cos(pi min(s, 1000)/1000))/2 + a).
+  LearningRateSchedule c = Schedule(LearningRateSchedule::COSINE_DECAY);
+  c.set_decay_steps(1000);
+  EXPECT_NEAR(ScheduledLearningRate(0.1, c, 500), 0.05, 1e-12);
+  EXPECT_NEAR(ScheduledLearningRate(0.1, c, 1000), 0.0, 1e-12);
+  EXPECT_NEAR(ScheduledLearningRate(0.1, c, 5000), 0.0, 1e-12);
+  c.set_alpha(0.1);
+  EXPECT_NEAR(ScheduledLearningRate(0.1, c, 500), 0.1 * (0.9 * 0.5 + 0.1), 1e-12);
+  EXPECT_NEAR(ScheduledLearningRate(0.1, c, 1000), 0.01, 1e-12);
+  // CosineDecay(0.0, 1000, warmup_target=0.1, warmup_steps=100): linear to 0.1, then decays.
+  c.set_alpha(0);
+  c.set_warmup_steps(100);
+  c.set_warmup_target(0.1);
+  EXPECT_NEAR(ScheduledLearningRate(0.0, c, 0), 0.0, 1e-12);
+  EXPECT_NEAR(ScheduledLearningRate(0.0, c, 50), 0.05, 1e-12);
+  EXPECT_NEAR(ScheduledLearningRate(0.0, c, 100), 0.1, 1e-12);
+  EXPECT_NEAR(ScheduledLearningRate(0.0, c, 600), 0.05, 1e-12);
+  EXPECT_NEAR(ScheduledLearningRate(0.0, c, 1100), 0.0, 1e-12);
+}
+
+TEST(LearningRateScheduleTest, BadSchedules_InvalidArgumentNamingTheField) {
+  OptimizerDef def;
+  def.set_kind(OptimizerDef::SGD);
+  def.mutable_schedule()->set_kind(LearningRateSchedule::EXPONENTIAL_DECAY);
+  EXPECT_THAT(Optimizer::Create(def).status().message(), ::testing::HasSubstr("decay_steps"));
+  def.mutable_schedule()->set_kind(LearningRateSchedule::PIECEWISE_CONSTANT);
+  def.mutable_schedule()->add_boundaries(10);
+  EXPECT_THAT(Optimizer::Create(def).status().message(), ::testing::HasSubstr("one more value"));
+  def.mutable_schedule()->set_kind(LearningRateSchedule::COSINE_DECAY);
+  def.mutable_schedule()->set_decay_steps(10);
+  def.mutable_schedule()->set_warmup_steps(5);
+  EXPECT_THAT(Optimizer::Create(def).status().message(), ::testing::HasSubstr("warmup_target"));
+}
+
+// The rate applied to an update is the schedule's at the step that computed it: SGD with a
+// piecewise rate, gradients of 1 sent at steps 1 and 3 (0-based 0 and 2) move the weight by the
+// rate of each (not of the order they arrive in).
+TEST(LearningRateScheduleTest, Sgd_AppliesTheRateOfTheUpdatesStep) {
+  OptimizerDef def;
+  def.set_kind(OptimizerDef::SGD);
+  LearningRateSchedule* s = def.mutable_schedule();
+  s->set_kind(LearningRateSchedule::PIECEWISE_CONSTANT);
+  s->add_boundaries(1);
+  s->add_values(0.5);
+  s->add_values(0.125);
+  auto opt = *Optimizer::Create(def);
+  float var = 0;
+  const float g = 1;
+  opt->ApplyRow(&var, nullptr, &g, 1, opt->Prepare(/*t=*/1, /*step=*/2));  // arrives first
+  EXPECT_FLOAT_EQ(var, -0.125f);
+  opt->ApplyRow(&var, nullptr, &g, 1, opt->Prepare(/*t=*/2, /*step=*/0));
+  EXPECT_FLOAT_EQ(var, -0.625f);
 }
 
 }  // namespace

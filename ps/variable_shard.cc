@@ -324,10 +324,15 @@ void VariableShard::UpdateRowLocked(UpdateOp::Kind kind, int64_t row, const char
   }
 }
 
+StepScalars VariableShard::NextScalars(int64_t step) {
+  const int64_t t = apply_count_.fetch_add(1) + 1;
+  return optimizer_->Prepare(t, step > 0 ? step - 1 : t - 1);
+}
+
 void VariableShard::ApplySparseGradient(absl::string_view ids, const char* const* grads,
-                                        ThreadPool* pool) {
+                                        ThreadPool* pool, int64_t step) {
   const int64_t n = ids.size() / 8;
-  const StepScalars scalars = optimizer_->Prepare(apply_count_.fetch_add(1) + 1);
+  const StepScalars scalars = NextScalars(step);
   // Sum repeated ids first (as TF's sparse apply does): the optimizer sees each row once. Position
   // i applies its own row of the request, except at the few positions in `overrides`, sorted by
   // position: the first position of a repeated id applies the sum (in `sums`), later ones nothing.
@@ -379,7 +384,7 @@ void VariableShard::ApplySparseGradient(absl::string_view ids, const char* const
   });
 }
 
-void VariableShard::Update(const UpdateOpView& op, ThreadPool* pool) {
+void VariableShard::Update(const UpdateOpView& op, ThreadPool* pool, int64_t step) {
   if (row_bytes_ == 0) {  // rows of zero width: nothing to write, but the gradient counts
     if (op.kind == UpdateOp::APPLY_GRADIENT) apply_count_.fetch_add(1);
     return;
@@ -389,7 +394,7 @@ void VariableShard::Update(const UpdateOpView& op, ThreadPool* pool) {
   if (op.sparse) {
     const std::vector<const char*> src = rows.RowAddresses();
     if (op.kind == UpdateOp::APPLY_GRADIENT) {
-      ApplySparseGradient(op.ids, src.data(), pool);
+      ApplySparseGradient(op.ids, src.data(), pool, step);
       return;
     }
     // In order, on this thread: with repeated ids, the last assign wins.
@@ -403,7 +408,7 @@ void VariableShard::Update(const UpdateOpView& op, ThreadPool* pool) {
   ValidateRange(op.range, &begin, &end).IgnoreError();  // validated by ValidateUpdate
   StepScalars scalars;
   if (op.kind == UpdateOp::APPLY_GRADIENT) {
-    scalars = optimizer_->Prepare(apply_count_.fetch_add(1) + 1);
+    scalars = NextScalars(step);
   }
   // One lock per block of rows; pieces of the range may run at once (their blocks' locks keep a
   // block that two pieces share whole).

@@ -61,7 +61,9 @@ class VariableShard {
   // gradients for a variable without an optimizer or of a non-float dtype).
   // `op`'s values may be in pieces (UpdateOpView).
   absl::Status ValidateUpdate(const UpdateOpView& op) const;
-  void Update(const UpdateOpView& op, ThreadPool* pool = nullptr);
+  // `step`: the training step that computed a gradient (the request's, 1-based; 0: none given, the
+  // shard's count of applied gradients stands in), the learning-rate schedule's argument.
+  void Update(const UpdateOpView& op, ThreadPool* pool = nullptr, int64_t step = 0);
 
   // Number of gradients applied so far (Adam's t).
   int64_t apply_count() const { return apply_count_.load(); }
@@ -109,7 +111,10 @@ class VariableShard {
   void ForEachRowLocked(absl::string_view ids, bool write, bool with_slots, ThreadPool* pool,
                         Fn fn) const;
   // Gradient apply for sparse ids, summing repeated ids first; grads[i] is position i's row.
-  void ApplySparseGradient(absl::string_view ids, const char* const* grads, ThreadPool* pool);
+  void ApplySparseGradient(absl::string_view ids, const char* const* grads, ThreadPool* pool,
+                           int64_t step);
+  // The scalars of the next gradient applied, computed at request step `step` (see Update).
+  StepScalars NextScalars(int64_t step);
 
   VariableShardDef def_;
   int64_t width_ = 0;

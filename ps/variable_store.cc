@@ -365,7 +365,7 @@ absl::Status VariableStore::Update(const std::vector<UpdateOpView>& ops, int64_t
   const DynamicOpContext ctx = ContextLocked(step);
   for (size_t i = 0; i < ops.size(); ++i) {
     if (targets[i].fixed != nullptr) {
-      targets[i].fixed->Update(ops[i], pool_.get());
+      targets[i].fixed->Update(ops[i], pool_.get(), step);
     } else {
       RETURN_IF_ERROR(targets[i].dynamic->Update(ops[i], ctx, pool_.get()));
     }

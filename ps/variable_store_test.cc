@@ -660,3 +660,48 @@ TEST(VariableStoreWireTest, AMalformedOrInvalidMessageChangesNothing) {
 
 }  // namespace
 }  // namespace pstrain
+
+namespace pstrain {
+namespace {
+
+// An update's request step reaches the schedule: SGD whose rate halves after step 0, a gradient of
+// 1 at request steps 1 (0-based 0: rate 1) and 2 (rate 0.5).
+TEST(VariableStoreScheduleTest, RequestStep_PicksTheRate) {
+  VariableStore store(/*data_threads=*/0);
+  VariableShardDef def;
+  def.set_name("w");
+  def.set_variable("w");
+  def.add_full_shape(1);
+  def.set_dtype(DT_FLOAT32);
+  def.set_num_rows(1);
+  def.set_num_shards(1);
+  def.mutable_optimizer()->set_kind(OptimizerDef::SGD);
+  LearningRateSchedule* s = def.mutable_optimizer()->mutable_schedule();
+  s->set_kind(LearningRateSchedule::PIECEWISE_CONSTANT);
+  s->add_boundaries(0);
+  s->add_values(1.0);
+  s->add_values(0.5);
+  ASSERT_TRUE(store.CreateShards({def}).ok());
+  const float one = 1.0f;
+  for (int64_t step : {1, 2}) {
+    UpdateRequest request;
+    request.set_step(step);
+    UpdateOp* op = request.add_ops();
+    op->set_shard("w");
+    op->set_kind(UpdateOp::APPLY_GRADIENT);
+    op->mutable_range();
+    op->set_values(std::string(reinterpret_cast<const char*>(&one), 4));
+    op->set_dtype(DT_FLOAT32);
+    ASSERT_TRUE(store.Update(request).ok());
+  }
+  ReadRequest read;
+  read.add_ops()->set_shard("w");
+  ReadResponse response;
+  ASSERT_TRUE(store.Read(read, &response).ok());
+  float w;
+  std::memcpy(&w, response.values(0).data(), 4);
+  EXPECT_FLOAT_EQ(w, -1.5f);
+}
+
+}  // namespace
+}  // namespace pstrain

@@ -329,7 +329,7 @@ TEST(DynamicTableTest, SaveWhilePushing_EveryKeysRowAndSlotFromOneInstant) {
       float* slots[1] = {acc.data()};
       for (int k = 1; k <= n; ++k) {
         optimizer->ApplyRow(row.data(), slots, reinterpret_cast<const UnalignedFloat*>(one.data()),
-                            kDim, optimizer->Prepare(k));
+                            kDim, optimizer->Prepare(k, k - 1));
       }
       ASSERT_EQ(acc, state.slots) << "key " << key;
       ASSERT_EQ(row, state.row) << "key " << key << " after " << n << " pushes";
