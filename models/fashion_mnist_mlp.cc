@@ -341,6 +341,7 @@ struct MlpConfig {
   int64_t max_steps = 0;
   int64_t batch_size = 128;
   double learning_rate = 0;  // set from the optimizer's default when not given
+  RelativeSchedule lr_schedule;
   std::vector<int64_t> hidden = {256, 128};
   int64_t shards = 0;  // 0: one per ps task
   int64_t train_eval_examples = 10000;
@@ -395,6 +396,7 @@ class FashionMnistMlp final : public Model {
     OptimizerDef optimizer;
     optimizer.set_kind(config_.optimizer);
     optimizer.set_learning_rate(config_.learning_rate);
+    ApplyLrSchedule(config_.lr_schedule, &optimizer);
     const int shards =
         static_cast<int>(config_.shards > 0 ? config_.shards : coordinator->ps()->num_ps());
     // `trained`: the weights (initialized, with `optimizer`); else their sums (zeros, no optimizer).
@@ -604,6 +606,7 @@ absl::StatusOr<std::unique_ptr<Model>> CreateFashionMnistMlp(const ModelOptions&
                                                    " is not one of adam, adagrad, momentum, sgd"));
   }
   c.learning_rate = options.learning_rate > 0 ? options.learning_rate : default_rate;
+  c.lr_schedule = options.lr_schedule;
   if (options.epochs > 0) c.epochs = options.epochs;
   if (options.batch_size > 0) c.batch_size = options.batch_size;
   c.max_steps = options.max_steps;

@@ -16,7 +16,7 @@
 // ModelOptions: data (the directory of the four IDX files, train-images-idx3-ubyte.gz,
 // train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz; default
 // data/fashion_mnist), epochs (default 10), batch_size (default 128), learning_rate (default by
-// optimizer: adam 0.001, adagrad 0.05, momentum 0.01, sgd 0.1), max_steps, seed (the shuffles and
+// optimizer: adam 0.001, adagrad 0.05, momentum 0.01, sgd 0.1; lr_schedule relative to it), max_steps, seed (the shuffles and
 // the initializers). embedding_dim is ignored. Extra:
 //   optimizer            adam (default), adagrad, momentum (0.9), sgd
 //   hidden               the hidden layers' widths, comma-separated (default "256,128"; empty:

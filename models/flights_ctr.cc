@@ -407,6 +407,7 @@ absl::StatusOr<FlightsCtrConfig> FlightsCtrConfigFromOptions(const ModelOptions&
   if (options.epochs > 0) c.epochs = options.epochs;
   if (options.batch_size > 0) c.batch_size = options.batch_size;
   if (options.learning_rate > 0) c.learning_rate = options.learning_rate;
+  c.lr_schedule = options.lr_schedule;
   if (options.embedding_dim > 0) c.shape.dim = options.embedding_dim;
   c.max_steps = options.max_steps;
   c.seed = options.seed;
@@ -463,6 +464,8 @@ std::vector<VariableSpec> FlightsCtrVariables(const FlightsCtrConfig& c, int num
   adagrad.set_learning_rate(c.learning_rate);
   OptimizerDef dense_adagrad = adagrad;
   dense_adagrad.set_learning_rate(c.dense_learning_rate);
+  ApplyLrSchedule(c.lr_schedule, &adagrad);
+  ApplyLrSchedule(c.lr_schedule, &dense_adagrad);
   PartitionerOptions partitioner;
   partitioner.kind = c.partitioner;
   partitioner.min_shard_bytes = c.min_shard_bytes;
@@ -517,6 +520,7 @@ std::vector<TableSpec> FlightsCtrTables(const FlightsCtrConfig& c) {
   OptimizerDef adagrad;
   adagrad.set_kind(OptimizerDef::ADAGRAD);
   adagrad.set_learning_rate(c.learning_rate);
+  ApplyLrSchedule(c.lr_schedule, &adagrad);
   DynamicTableDef options;
   options.set_admit_min_count(c.admit_min_count);
   options.set_ttl_steps(c.ttl_steps);

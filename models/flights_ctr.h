@@ -25,8 +25,8 @@
 // still per distinct row), and push every gradient in ONE update request per ps.
 //
 // ModelOptions: data (default data/flights/flights.csv), epochs (default 1), batch_size (default
-// 256), learning_rate (Adagrad's, for the two hashed tables; default 0.05), embedding_dim (default
-// 16), seed (default 1: the shuffles and initializers). Extra options:
+// 256), learning_rate (Adagrad's, for the two hashed tables; default 0.05), lr_schedule (relative to
+// both rates, the tables' and dense_learning_rate), embedding_dim (default 16), seed (default 1: the shuffles and initializers). Extra options:
 //   embedding        dynamic (default: the two tables keyed by the features' 64-bit keys) or hashed
 //   min_count        dynamic: a key is stored once seen in this many training batches (default 0:
 //                    at once); until then it reads zeros and its gradients are dropped
@@ -86,6 +86,7 @@ struct FlightsCtrConfig {
   int64_t batch_size = 256;
   double learning_rate = 0.05;
   double dense_learning_rate = 0.2;
+  RelativeSchedule lr_schedule;  // both rates' (ModelOptions::lr_schedule)
   std::vector<int> features;  // FlightFeature values; default all of them
   CtrNetShape shape;          // shape.features = features.size()
   int64_t hash_rows = int64_t{1} << 22;

@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "coordinator/cluster_coordinator.h"
 #include "models/devices.h"
+#include "models/lr_schedule.h"
 
 namespace pstrain {
 
@@ -37,6 +38,9 @@ struct ModelOptions {
   int64_t batch_size = 0;
   // The server-side optimizer's learning rate. 0: the model's default.
   double learning_rate = 0;
+  // The learning rate as a function of the step, relative to each of the model's optimizers' rates
+  // (models/lr_schedule.h). Default: constant.
+  RelativeSchedule lr_schedule;
   // Embedding width. 0: the model's default.
   int64_t embedding_dim = 0;
   // Seeds the split, the shuffles and the initializers. Default 1.

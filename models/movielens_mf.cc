@@ -280,6 +280,7 @@ struct MfConfig {
   int64_t shards = 0;  // 0: one per ps task
   OptimizerDef::Kind optimizer = OptimizerDef::ADAGRAD;
   bool dynamic = true;  // tables=dynamic: keyed by the raw ids
+  RelativeSchedule lr_schedule;
 };
 
 class MatrixFactorization final : public Model {
@@ -298,6 +299,7 @@ class MatrixFactorization final : public Model {
     OptimizerDef optimizer;
     optimizer.set_kind(config_.optimizer);
     optimizer.set_learning_rate(config_.learning_rate);
+    ApplyLrSchedule(config_.lr_schedule, &optimizer);
     const int shards = static_cast<int>(
         config_.shards > 0 ? config_.shards : coordinator->ps()->num_ps());
     auto table = [&](const char* name, int64_t rows, int64_t width, bool random) {
@@ -457,6 +459,7 @@ absl::StatusOr<std::unique_ptr<Model>> CreateMatrixFactorization(const ModelOpti
   if (options.epochs > 0) c.epochs = options.epochs;
   if (options.batch_size > 0) c.batch_size = options.batch_size;
   if (options.learning_rate > 0) c.learning_rate = options.learning_rate;
+  c.lr_schedule = options.lr_schedule;
   if (options.embedding_dim > 0) c.dim = options.embedding_dim;
   if (options.devices.kind == DeviceOptions::Kind::kCuda || options.devices.replicas > 1) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -6,7 +6,8 @@
 // over the ps tasks, indexed by the ids numbered in order of appearance.
 //
 // ModelOptions: data (a ratings CSV; default data/movielens/ratings.csv), epochs (default 40),
-// batch_size (default 256), learning_rate (default 0.05), embedding_dim (default 32), seed.
+// batch_size (default 256), learning_rate (default 0.05; lr_schedule relative to it), embedding_dim
+// (default 32), seed.
 // Extra: user_col, item_col, rating_col (defaults userId, movieId, rating); l2 (default 1.2) and
 // reg_power (default 0.5): each rating adds l2 / count^reg_power of L2 pull on its user's and
 // item's embedding (count = that user's or item's training ratings), so rarely seen ones are held

@@ -295,8 +295,13 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const OptimizerDef&
       return absl::InvalidArgumentError(
           absl::StrCat("unknown optimizer kind ", static_cast<int>(def.kind())));
   }
-  RETURN_IF_ERROR(Check(def.learning_rate() > 0, name, "learning_rate must be > 0",
-                        def.learning_rate()));
+  // A warmup may start from 0 (as Keras's CosineDecay may); piecewise values replace the rate.
+  const LearningRateSchedule& sc = def.schedule();
+  const bool may_be_zero =
+      (sc.kind() == LearningRateSchedule::COSINE_DECAY && sc.warmup_steps() > 0) ||
+      sc.kind() == LearningRateSchedule::PIECEWISE_CONSTANT;
+  RETURN_IF_ERROR(Check(def.learning_rate() > 0 || (may_be_zero && def.learning_rate() == 0),
+                        name, "learning_rate must be > 0", def.learning_rate()));
   if (absl::Status sc = ValidateSchedule(def.schedule()); !sc.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(name, " optimizer: ", sc.message()));
   }

@@ -53,6 +53,11 @@ ABSL_FLAG(int, epochs, 0, "train: passes over the data (0: the model's default).
 ABSL_FLAG(int64_t, max_steps, 0, "train: stop after this many steps in all (0: no limit).");
 ABSL_FLAG(int64_t, batch_size, 0, "train: examples per step (0: the model's default).");
 ABSL_FLAG(double, learning_rate, 0, "train: the server-side optimizer's rate (0: the default).");
+ABSL_FLAG(std::string, lr_schedule, "constant",
+          "train: the learning rate as a function of the step, relative to each optimizer's rate: "
+          "constant; exponential:decay_steps=N,decay_rate=R[,staircase]; "
+          "piecewise:boundaries=B0+B1,scales=S0+S1+S2; "
+          "cosine:decay_steps=N[,alpha=A][,warmup_steps=W[,warmup_from=F]] (see README).");
 ABSL_FLAG(int64_t, embedding_dim, 0, "train: embedding width (0: the model's default).");
 ABSL_FLAG(int64_t, seed, 1, "train: seeds the split, the shuffles and the initializers.");
 ABSL_FLAG(std::string, device, "auto",
@@ -168,6 +173,9 @@ int RunTrainJob(const ClusterSpec& spec) {
   options.batch_size = absl::GetFlag(FLAGS_batch_size);
   options.learning_rate = absl::GetFlag(FLAGS_learning_rate);
   options.embedding_dim = absl::GetFlag(FLAGS_embedding_dim);
+  absl::StatusOr<RelativeSchedule> schedule = ParseLrSchedule(absl::GetFlag(FLAGS_lr_schedule));
+  if (!schedule.ok()) return Fail(std::string(schedule.status().message()));
+  options.lr_schedule = *std::move(schedule);
   if (options.epochs < 0 || options.max_steps < 0 || options.batch_size < 0 ||
       options.learning_rate < 0 || options.embedding_dim < 0 || absl::GetFlag(FLAGS_seed) < 0) {
     return Fail("--epochs, --max_steps, --batch_size, --learning_rate, --embedding_dim and --seed "
