@@ -171,6 +171,70 @@ absl::StatusOr<std::vector<CheckpointEntry>> ListCheckpointDirs(const std::strin
   return out;
 }
 
+absl::Status WriteBestMarker(const std::string& dir, const std::string& checkpoint_path,
+                             const std::string& note) {
+  const std::filesystem::path p(checkpoint_path);
+  const std::string name = p.filename().string();
+  std::error_code ec;
+  if (CheckpointStep(name) < 0 || !std::filesystem::equivalent(dir, p.parent_path(), ec)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(checkpoint_path, " is not a checkpoint directory in ", dir));
+  }
+  std::string text = absl::StrCat(name, "\n", note, "\n");
+  const std::string final_path = absl::StrCat(dir, "/", kBestFileName);
+  const std::string temp_path = final_path + ".tmp";
+  const int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Errno("creating", temp_path);
+  absl::Status s = WriteAll(fd, text.data(), text.size(), temp_path);
+  if (s.ok() && ::fdatasync(fd) != 0) s = Errno("syncing", temp_path);
+  ::close(fd);
+  RETURN_IF_ERROR(s);
+  if (::rename(temp_path.c_str(), final_path.c_str()) != 0) return Errno("renaming", temp_path);
+  return SyncDir(dir);
+}
+
+absl::StatusOr<std::optional<BestMarker>> ReadBestMarker(const std::string& dir) {
+  const std::string path = absl::StrCat(dir, "/", kBestFileName);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return std::nullopt;
+    return Errno("opening", path);
+  }
+  std::string text;
+  char buffer[4096];
+  while (text.size() <= 65536) {
+    const ssize_t r = ::read(fd, buffer, sizeof(buffer));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      absl::Status s = Errno("reading", path);
+      ::close(fd);
+      return s;
+    }
+    if (r == 0) break;
+    text.append(buffer, static_cast<size_t>(r));
+  }
+  ::close(fd);
+  const size_t eol = text.find('\n');
+  const std::string name = text.substr(0, eol);
+  const int64_t step = CheckpointStep(name);
+  if (eol == std::string::npos || step < 0 || text.size() > 65536) {
+    return absl::DataLossError(absl::StrCat(path, " is malformed: its first line must name a "
+                                            "checkpoint directory (ckpt-...)"));
+  }
+  BestMarker m;
+  m.path = absl::StrCat(dir, "/", name);
+  m.step = step;
+  m.note = text.substr(eol + 1);
+  while (!m.note.empty() && m.note.back() == '\n') m.note.pop_back();
+  return m;
+}
+
+absl::Status RemoveBestMarker(const std::string& dir) {
+  const std::string path = absl::StrCat(dir, "/", kBestFileName);
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return Errno("removing", path);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<CheckpointEntry> LatestCheckpoint(const std::string& dir) {
   ASSIGN_OR_RETURN(std::vector<CheckpointEntry> all, ListCheckpointDirs(dir));
   for (auto it = all.rbegin(); it != all.rend(); ++it) {

@@ -4,6 +4,9 @@
 //   <dir>/ckpt-<step, 12 digits>/MANIFEST   written last, atomically (temp file, fsync, rename,
 //                                           fsync of the directory): a checkpoint directory
 //                                           without it is an incomplete save and is ignored
+//   <dir>/BEST                              the best validation's checkpoint (its directory name
+//                                           on the first line, a note on the second), replaced
+//                                           atomically; kept by the garbage collection
 //
 // The manifest file is "PSCKPT01", the payload's length (8 bytes, little-endian), the masked
 // CRC-32C of the payload (4 bytes), and the payload: a serialized CheckpointManifest.
@@ -12,6 +15,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +25,7 @@
 namespace pstrain {
 
 inline constexpr char kManifestFileName[] = "MANIFEST";
+inline constexpr char kBestFileName[] = "BEST";
 
 // "<dir>/ckpt-000000000120".
 std::string CheckpointPath(const std::string& dir, int64_t step);
@@ -49,6 +54,23 @@ absl::StatusOr<std::vector<CheckpointEntry>> ListCheckpointDirs(const std::strin
 
 // The complete checkpoint with the highest step. Errors: kNotFound if there is none (naming dir).
 absl::StatusOr<CheckpointEntry> LatestCheckpoint(const std::string& dir);
+
+// The checkpoint marked best in a checkpoint directory.
+struct BestMarker {
+  std::string path;  // <dir>/ckpt-...
+  int64_t step = 0;
+  std::string note;  // "val_rmse=0.8712 at step 120"
+};
+
+// Marks `checkpoint_path` (a checkpoint in `dir`) as the best, atomically. Errors: kInvalidArgument
+// (not a checkpoint directory name in `dir`), kInternal (I/O), naming the path.
+absl::Status WriteBestMarker(const std::string& dir, const std::string& checkpoint_path,
+                             const std::string& note);
+// The marked checkpoint, or nullopt if none is marked. Errors: kDataLoss for a malformed marker
+// (naming it), kInternal for I/O.
+absl::StatusOr<std::optional<BestMarker>> ReadBestMarker(const std::string& dir);
+// Removes the mark (if any). Errors: kInternal.
+absl::Status RemoveBestMarker(const std::string& dir);
 
 }  // namespace pstrain
 

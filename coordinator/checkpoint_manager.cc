@@ -212,18 +212,26 @@ void CheckpointManager::CollectGarbage() {
     base_of[std::filesystem::path(e.path).filename().string()] = m->base();
     newest_complete = std::max(newest_complete, e.step);
   }
-  // The newest `keep` complete checkpoints and every base they stand on.
+  // The newest `keep` complete checkpoints, the best, and every base they stand on.
   std::set<std::string> kept;
-  for (size_t i = complete.size() > static_cast<size_t>(options_.keep)
-                      ? complete.size() - options_.keep
-                      : 0;
-       i < complete.size(); ++i) {
-    std::string name = std::filesystem::path(complete[i]->path).filename().string();
+  auto keep_chain = [&](std::string name) {
     while (!name.empty() && kept.insert(name).second) {
       auto it = base_of.find(name);
       name = it == base_of.end() ? std::string() : it->second;
     }
+  };
+  for (size_t i = complete.size() > static_cast<size_t>(options_.keep)
+                      ? complete.size() - options_.keep
+                      : 0;
+       i < complete.size(); ++i) {
+    keep_chain(std::filesystem::path(complete[i]->path).filename().string());
   }
+  absl::StatusOr<std::optional<BestMarker>> best = ReadBestMarker(options_.dir);
+  if (!best.ok()) {
+    LOG(WARNING) << "not deleting old checkpoints: " << best.status().message();
+    return;
+  }
+  if (best->has_value()) keep_chain(std::filesystem::path((*best)->path).filename().string());
   for (const CheckpointEntry& e : *all) {
     const std::string name = std::filesystem::path(e.path).filename().string();
     const bool drop = e.complete ? (base_of.count(name) && !kept.count(name))
@@ -239,6 +247,17 @@ void CheckpointManager::CollectGarbage() {
     }
   }
 }
+
+absl::Status CheckpointManager::MarkBest(const std::string& checkpoint_path,
+                                        const std::string& note) {
+  return WriteBestMarker(options_.dir, checkpoint_path, note);
+}
+
+absl::StatusOr<std::optional<BestMarker>> CheckpointManager::Best() const {
+  return ReadBestMarker(options_.dir);
+}
+
+absl::Status CheckpointManager::ClearBest() { return RemoveBestMarker(options_.dir); }
 
 absl::StatusOr<RestoredCheckpoint> CheckpointManager::Restore(const std::string& path,
                                                               const RestoreOptions& options) {

@@ -9,7 +9,7 @@
 // Atomicity: the manifest is written last (atomically); a save that dies at any point leaves the
 // previous checkpoint as the latest complete one. Older checkpoints are deleted only after a newer
 // one is complete, and only whole chains of incremental checkpoints: a checkpoint is kept while it
-// is one of the newest `keep` or the base of one kept.
+// is one of the newest `keep`, the one marked best (MarkBest), or the base of one kept.
 //
 // Restore works into any partitioning: each current shard is filled from the saved shards that
 // overlap its rows, whatever their number or ps tasks. It is two-phase (stage on every ps, then
@@ -30,6 +30,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "coordinator/checkpoint_files.h"
 #include "coordinator/variable_creator.h"
 #include "proto/checkpoint.pb.h"
 #include "ps/ps_client.h"
@@ -98,6 +99,13 @@ class CheckpointManager {
   // Restores only the shards on ps task `ps` from the latest checkpoint (that ps restarted and
   // its shards were re-created); nullopt if there is no checkpoint yet.
   absl::StatusOr<std::optional<RestoredCheckpoint>> RestorePs(int ps);
+
+  // The best validation's checkpoint (<dir>/BEST; coordinator/checkpoint_files.h): marked, read,
+  // cleared. A marked checkpoint and the chain it stands on are never deleted by the keep policy.
+  // Errors: as WriteBestMarker, ReadBestMarker, RemoveBestMarker.
+  absl::Status MarkBest(const std::string& checkpoint_path, const std::string& note);
+  absl::StatusOr<std::optional<BestMarker>> Best() const;
+  absl::Status ClearBest();
 
   const CheckpointOptions& options() const { return options_; }
 

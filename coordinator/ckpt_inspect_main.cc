@@ -1,14 +1,17 @@
 // Lists the checkpoints in a directory, or shows one checkpoint's variables:
 //
 //   bazel run //coordinator:ckpt_inspect -- DIR                 every checkpoint: step, time, size,
-//                                                               keys of dynamic tables, and its
-//                                                               place in an incremental chain
+//                                                               keys of dynamic tables, its place
+//                                                               in an incremental chain, and the
+//                                                               best validation's mark (BEST)
 //   bazel run //coordinator:ckpt_inspect -- DIR --step=120      its variables, shapes, shards
 //   bazel run //coordinator:ckpt_inspect -- DIR/ckpt-000000000120
 //
 // Add --json for one JSON object instead of the table. Exit code 2 with a one-line error for a
 // bad directory or a corrupt manifest.
 #include <cstdio>
+#include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,6 +63,10 @@ std::string Kind(const CheckpointManifest& m) {
 int List(const std::string& dir, bool json) {
   absl::StatusOr<std::vector<CheckpointEntry>> all = ListCheckpointDirs(dir);
   if (!all.ok()) return Fail(std::string(all.status().message()));
+  // The best validation's checkpoint, if one is marked (a malformed mark is reported, not followed).
+  absl::StatusOr<std::optional<BestMarker>> best = ReadBestMarker(dir);
+  std::string best_name;
+  if (best.ok() && best->has_value()) best_name = std::filesystem::path((*best)->path).filename();
   nlohmann::json out = nlohmann::json::array();
   if (!json) {
     std::printf("%-12s %-20s %10s %9s %12s  %-28s %s\n", "step", "saved (UTC)", "MB", "variables",
@@ -76,16 +83,21 @@ int List(const std::string& dir, bool json) {
       j["table_keys"] = TableKeys(*m);
       j["kind"] = Kind(*m);
       if (!m->base().empty()) j["base"] = m->base();
+      if (std::filesystem::path(e.path).filename() == best_name) {
+        j["best"] = (*best)->note;
+      }
     } else {
       j["problem"] = std::string(m.status().message());
     }
     out.push_back(j);
     if (json) continue;
     if (m.ok()) {
-      std::printf("%-12lld %-20s %10.1f %9d %12lld  %-28s %s\n", static_cast<long long>(e.step),
+      const bool is_best = std::filesystem::path(e.path).filename() == best_name;
+      std::printf("%-12lld %-20s %10.1f %9d %12lld  %-28s %s%s\n", static_cast<long long>(e.step),
                   When(m->created_unix_micros()).c_str(), m->total_bytes() / 1e6,
                   m->variables_size(), static_cast<long long>(TableKeys(*m)), Kind(*m).c_str(),
-                  e.path.c_str());
+                  e.path.c_str(),
+                  is_best ? absl::StrCat("  BEST: ", (*best)->note).c_str() : "");
     } else {
       std::printf("%-12lld %-20s %10s %9s %12s  %-28s %s  (%s)\n", static_cast<long long>(e.step),
                   "-", "-", "-", "-", "-", e.path.c_str(),
@@ -94,6 +106,7 @@ int List(const std::string& dir, bool json) {
   }
   if (json) std::printf("%s\n", out.dump(2).c_str());
   if (!json && all->empty()) std::printf("(no checkpoints in %s)\n", dir.c_str());
+  if (!best.ok()) std::fprintf(stderr, "warning: %s\n", std::string(best.status().message()).c_str());
   return 0;
 }
 

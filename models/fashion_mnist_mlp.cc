@@ -63,6 +63,38 @@ absl::StatusOr<Split> ReadSplit(const std::string& dir, const char* images, cons
   return split;
 }
 
+// A uniform double in [0, 1) from (seed, row): splitmix64. Picks the validation examples.
+double HashUnit(uint64_t seed, uint64_t row) {
+  uint64_t z = seed * 0x9E3779B97F4A7C15ull + row + 0x632BE59BD9B4E019ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<double>(z >> 11) * (1.0 / 9007199254740992.0);
+}
+constexpr uint64_t kValidationSalt = 0x7A11DA7E00000000ull;
+
+// Whether training example `row` is held out for validation.
+bool IsValidation(uint64_t seed, int64_t row, double fraction) {
+  return HashUnit(seed ^ kValidationSalt, static_cast<uint64_t>(row)) < fraction;
+}
+
+// Moves the examples of `all` that IsValidation picks into `validation`.
+void SplitOffValidation(uint64_t seed, double fraction, Split* all, Split* validation) {
+  const int64_t pixels = all->pixels();
+  Split train;
+  train.images.rows = validation->images.rows = all->images.rows;
+  train.images.cols = validation->images.cols = all->images.cols;
+  for (int64_t r = 0; r < all->size(); ++r) {
+    Split& to = IsValidation(seed, r, fraction) ? *validation : train;
+    const uint8_t* in = all->images.pixels.data() + r * pixels;
+    to.images.pixels.insert(to.images.pixels.end(), in, in + pixels);
+    to.labels.push_back(all->labels[r]);
+  }
+  train.images.count = train.size();
+  validation->images.count = validation->size();
+  *all = std::move(train);
+}
+
 // Examples `rows` of `split` as float inputs in [0, 1] ([rows.size(), pixels]) and their labels.
 void Gather(const Split& split, absl::Span<const int64_t> rows, std::vector<float>* x,
             std::vector<int32_t>* labels) {
@@ -84,6 +116,8 @@ constexpr char kWeights[] = "mlp/";
 constexpr char kAverages[] = "mlp/avg/";
 std::string WeightName(const char* prefix, int l) { return absl::StrCat(prefix, "w", l + 1); }
 std::string BiasName(const char* prefix, int l) { return absl::StrCat(prefix, "b", l + 1); }
+// How many steps' weights the averages' sums hold (float32 [1]).
+constexpr char kAverageCount[] = "mlp/avg/count";
 
 // Everything a worker needs: the data, the network, the batches, and the slots that bound its
 // concurrent training steps. Thread-safe (the data and the network are read-only; the cursor of
@@ -91,9 +125,10 @@ std::string BiasName(const char* prefix, int l) { return absl::StrCat(prefix, "b
 class FashionResource : public Dataset {
  public:
   // `steps_at_once`: training steps that may run at once (0: no limit).
-  FashionResource(Split train, Split test, DenseMlp mlp, ReplicaGroup* replicas,
+  FashionResource(Split train, Split validation, Split test, DenseMlp mlp, ReplicaGroup* replicas,
                   int64_t batch_size, uint64_t seed, int64_t steps_at_once)
       : train_(std::move(train)),
+        validation_(std::move(validation)),
         test_(std::move(test)),
         mlp_(std::move(mlp)),
         replicas_(replicas),
@@ -123,6 +158,7 @@ class FashionResource : public Dataset {
 
   const Split& train() const { return train_; }
   const Split& test() const { return test_; }
+  const Split& validation() const { return validation_; }
   const DenseMlp& mlp() const { return mlp_; }
   // Where the steps compute (models/devices.h).
   ReplicaGroup* replicas() const { return replicas_; }
@@ -150,6 +186,7 @@ class FashionResource : public Dataset {
 
  private:
   const Split train_;
+  const Split validation_;
   const Split test_;
   const DenseMlp mlp_;
   ReplicaGroup* const replicas_;
@@ -287,11 +324,17 @@ absl::StatusOr<std::vector<Tensor>> TrainStep(ClosureContext& ctx, absl::Span<co
   update.set_step(step + 1);
   RETURN_IF_ERROR(AddDenseOps(vars, mlp, UpdateOp::APPLY_GRADIENT, grads.get(), &update));
   RETURN_IF_ERROR(AddDenseOps(sums, mlp, UpdateOp::ASSIGN_ADD, params.get(), &update));
+  const float one = 1.0f;
+  if (average != 0) {
+    ASSIGN_OR_RETURN(ShardedVariable count, ctx.ps->Variable(kAverageCount));
+    RETURN_IF_ERROR(update.AddDense(count, UpdateOp::ASSIGN_ADD,
+                                    absl::string_view(reinterpret_cast<const char*>(&one), 4)));
+  }
   RETURN_IF_ERROR(update.Run());
   return std::vector<Tensor>{Tensor::Scalar<float>(loss), Tensor::Scalar<int64_t>(n)};
 }
 
-// Args: int64 split (0: test, 1: train), begin, end, averaged_steps (0: evaluate the trained
+// Args: int64 split (0: test, 1: train, 2: validation), begin, end, averaged_steps (0: evaluate the trained
 // weights; n > 0: the averages, i.e. the sums over n steps divided by n). Outputs over examples
 // [begin, end): the loss sum (float32), the correct predictions and the examples (int64).
 absl::StatusOr<std::vector<Tensor>> EvalChunk(ClosureContext& ctx, absl::Span<const Tensor> args) {
@@ -304,11 +347,13 @@ absl::StatusOr<std::vector<Tensor>> EvalChunk(ClosureContext& ctx, absl::Span<co
         absl::StrCat(kEval, ": averaged_steps ", averaged_steps, " < 0"));
   }
   ASSIGN_OR_RETURN(FashionResource * res, ResourceOf(ctx, kEval));
-  if (split_index != 0 && split_index != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kEval, ": split ", split_index, " is not 0 (test) or 1 (train)"));
+  if (split_index < 0 || split_index > 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kEval, ": split ", split_index, " is not 0 (test), 1 (train) or 2 (validation)"));
   }
-  const Split& split = split_index == 0 ? res->test() : res->train();
+  const Split& split = split_index == 0   ? res->test()
+                       : split_index == 1 ? res->train()
+                                          : res->validation();
   if (begin < 0 || end <= begin || end > split.size()) {
     return absl::InvalidArgumentError(absl::StrCat(kEval, ": rows [", begin, ", ", end,
                                                    ") are not a nonempty range of the ",
@@ -347,6 +392,8 @@ struct MlpConfig {
   int64_t train_eval_examples = 10000;
   int64_t steps_per_worker = 1;  // 0: no limit
   double average_epochs = 3;     // 0: evaluate the trained weights only
+  double validation_fraction = 0.1;
+  std::string validation_dir;  // "": split off validation_fraction of the training examples
   OptimizerDef::Kind optimizer = OptimizerDef::ADAM;
   uint64_t seed = 1;
   WorkerDevices devices;
@@ -370,7 +417,19 @@ class FashionMnistMlp final : public Model {
     ASSIGN_OR_RETURN(std::vector<int32_t> train_labels,
                      ReadLabels(DataFile(config_.data_dir, kTrainLabels)));
     ASSIGN_OR_RETURN(Split test, ReadSplit(config_.data_dir, kTestImages, kTestLabels));
-    num_train_ = static_cast<int64_t>(train_labels.size());
+    num_train_ = 0;
+    num_validation_ = 0;
+    if (config_.validation_dir.empty()) {
+      for (int64_t r = 0; r < static_cast<int64_t>(train_labels.size()); ++r) {
+        ++(IsValidation(config_.seed, r, config_.validation_fraction) ? num_validation_
+                                                                      : num_train_);
+      }
+    } else {
+      num_train_ = static_cast<int64_t>(train_labels.size());
+      ASSIGN_OR_RETURN(std::vector<int32_t> labels,
+                       ReadLabels(DataFile(config_.validation_dir, kTrainLabels)));
+      num_validation_ = static_cast<int64_t>(labels.size());
+    }
     num_test_ = test.size();
     if (num_train_ == 0) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -427,12 +486,20 @@ class FashionMnistMlp final : public Model {
       return absl::OkStatus();
     };
     RETURN_IF_ERROR(create(kWeights, /*trained=*/true));
-    if (averaged_steps_ > 0) RETURN_IF_ERROR(create(kAverages, /*trained=*/false));
+    if (averaged_steps_ > 0) {
+      RETURN_IF_ERROR(create(kAverages, /*trained=*/false));
+      VariableSpec count;
+      count.name = kAverageCount;
+      count.shape = {1};
+      RETURN_IF_ERROR(coordinator->variables()->Create(count).status());
+    }
 
     std::vector<Tensor> args = {Tensor::String(config_.data_dir),
                                 Tensor::Scalar<int64_t>(static_cast<int64_t>(config_.seed)),
                                 Tensor::Scalar<int64_t>(config_.batch_size),
-                                Tensor::Scalar<int64_t>(config_.steps_per_worker)};
+                                Tensor::Scalar<int64_t>(config_.steps_per_worker),
+                                Tensor::Scalar<float>(static_cast<float>(config_.validation_fraction)),
+                                Tensor::String(config_.validation_dir)};
     for (Tensor& t : DeviceArgs(config_.devices)) args.push_back(std::move(t));
     for (int64_t w : widths) args.push_back(Tensor::Scalar<int64_t>(w));
     ASSIGN_OR_RETURN(dataset_, coordinator->CreatePerWorkerDataset(kData, std::move(args)));
@@ -440,7 +507,18 @@ class FashionMnistMlp final : public Model {
   }
 
   int64_t total_steps() const override { return total_steps_; }
+  int64_t steps_per_epoch() const override { return steps_per_epoch_; }
   int64_t examples_per_step() const override { return config_.batch_size; }
+
+  bool has_validation() const override { return num_validation_ > 0; }
+  std::string validation_metric() const override { return "val_accuracy"; }
+  // On the averaged weights once averaging has begun (the averages so far), else the trained ones.
+  absl::StatusOr<ModelMetrics> Validate(ClusterCoordinator* coordinator) override {
+    ASSIGN_OR_RETURN(int64_t averaged, AveragedSteps(coordinator));
+    ModelMetrics m;
+    RETURN_IF_ERROR(Score(coordinator, {{"val", num_validation_, 2, averaged, {}}}, &m));
+    return m;
+  }
 
   // The last averaged_steps_ steps add the weights they pulled into the averages' sums.
   absl::StatusOr<RemoteValue> ScheduleStep(ClusterCoordinator* coordinator, int64_t step) override {
@@ -450,19 +528,51 @@ class FashionMnistMlp final : public Model {
   }
 
   // With averaging, the test_* and train_* metrics are the averaged weights'; last_test_* are the
-  // trained weights' as they ended.
+  // trained weights' as they ended. The averages are those the ps holds (mlp/avg/count steps' worth:
+  // fewer when a best checkpoint from before the end was restored; none, and the trained weights
+  // are evaluated, when it is from before the averaging began).
   absl::StatusOr<ModelMetrics> Evaluate(ClusterCoordinator* coordinator) override {
+    ASSIGN_OR_RETURN(int64_t averaged, AveragedSteps(coordinator));
+    std::vector<Run> runs = {{"test", num_test_, 0, averaged, {}},
+                             {"train", train_eval_examples_, 1, averaged, {}}};
+    if (averaged > 0) runs.push_back({"last_test", num_test_, 0, 0, {}});
     ModelMetrics m;
-    struct Run {
-      const char* metric_prefix;
-      int64_t examples;
-      int64_t split;           // 0 test, 1 train
-      int64_t averaged_steps;  // 0: the trained weights
-      std::vector<RemoteValue> values;
-    };
-    std::vector<Run> runs = {{"test", num_test_, 0, averaged_steps_, {}},
-                             {"train", train_eval_examples_, 1, averaged_steps_, {}}};
-    if (averaged_steps_ > 0) runs.push_back({"last_test", num_test_, 0, 0, {}});
+    RETURN_IF_ERROR(Score(coordinator, std::move(runs), &m));
+    m.notes["layers"] = mlp_->ToString();
+    m.notes["parameters"] = absl::StrCat(mlp_->num_params());
+    m.notes["train_examples"] = absl::StrCat(num_train_);
+    m.notes["test_examples"] = absl::StrCat(num_test_);
+    m.notes["train_eval_examples"] = absl::StrCat(train_eval_examples_);
+    m.notes["averaged_steps"] = absl::StrCat(averaged);
+    m.notes["validation_examples"] = absl::StrCat(num_validation_);
+    return m;
+  }
+
+ private:
+  // One evaluation over a split.
+  struct Run {
+    const char* metric_prefix;
+    int64_t examples;
+    int64_t split;           // 0 test, 1 train, 2 validation
+    int64_t averaged_steps;  // 0: the trained weights
+    std::vector<RemoteValue> values;
+  };
+
+  // The steps the averages' sums hold now (0 without averaging).
+  absl::StatusOr<int64_t> AveragedSteps(ClusterCoordinator* coordinator) {
+    if (averaged_steps_ == 0) return 0;
+    ASSIGN_OR_RETURN(ShardedVariable count, coordinator->ps()->Variable(kAverageCount));
+    ASSIGN_OR_RETURN(std::string bytes, count.ReadAll());
+    float value = 0;
+    if (bytes.size() != sizeof(value)) {
+      return absl::InternalError(absl::StrCat(kAverageCount, ": ", bytes.size(), " bytes"));
+    }
+    std::memcpy(&value, bytes.data(), sizeof(value));
+    return static_cast<int64_t>(std::llround(value));
+  }
+
+  // Each run's accuracy and loss into `m` ("<prefix>_accuracy", "<prefix>_loss").
+  absl::Status Score(ClusterCoordinator* coordinator, std::vector<Run> runs, ModelMetrics* m) {
     // Schedule every chunk of every run before fetching any, so that every worker takes a share.
     for (Run& run : runs) {
       ASSIGN_OR_RETURN(run.values,
@@ -486,23 +596,17 @@ class FashionMnistMlp final : public Model {
         totals.count += out[2].scalar<int64_t>();
       }
       const std::string prefix = run.metric_prefix;
-      m.values[prefix + "_accuracy"] =
+      m->values[prefix + "_accuracy"] =
           static_cast<double>(totals.correct) / static_cast<double>(totals.count);
-      m.values[prefix + "_loss"] = totals.loss_sum / static_cast<double>(totals.count);
+      m->values[prefix + "_loss"] = totals.loss_sum / static_cast<double>(totals.count);
     }
-    m.notes["layers"] = mlp_->ToString();
-    m.notes["parameters"] = absl::StrCat(mlp_->num_params());
-    m.notes["train_examples"] = absl::StrCat(num_train_);
-    m.notes["test_examples"] = absl::StrCat(num_test_);
-    m.notes["train_eval_examples"] = absl::StrCat(train_eval_examples_);
-    m.notes["averaged_steps"] = absl::StrCat(averaged_steps_);
-    return m;
+    return absl::OkStatus();
   }
 
- private:
   const MlpConfig config_;
   std::unique_ptr<DenseMlp> mlp_;
   int64_t num_train_ = 0;
+  int64_t num_validation_ = 0;
   int64_t num_test_ = 0;
   int64_t train_eval_examples_ = 0;
   int64_t steps_per_epoch_ = 0;
@@ -532,7 +636,8 @@ absl::Status RegisterFashionMnistMlp(ClosureRegistry* registry) {
   RETURN_IF_ERROR(registry->RegisterClosure(kTrain, TrainStep));
   RETURN_IF_ERROR(registry->RegisterClosure(kEval, EvalChunk));
   // Args: string data directory, int64 seed, batch size, training steps at once (0: no limit),
-  // the devices (DeviceArgs), then the network's widths.
+  // float validation fraction, string validation directory, the devices (DeviceArgs), then the
+  // network's widths.
   return registry->RegisterDataset(
       kData,
       [](int /*worker_index*/, int /*num_workers*/,
@@ -544,21 +649,32 @@ absl::Status RegisterFashionMnistMlp(ClosureRegistry* registry) {
           return absl::InvalidArgumentError(absl::StrCat(kData, ": batch size ", batch_size));
         }
         ASSIGN_OR_RETURN(int64_t steps_at_once, IntArg(args, 3, kData));
-        ASSIGN_OR_RETURN(WorkerDevices devices, DevicesFromArgs(args, 4, kData));
+        ASSIGN_OR_RETURN(double validation_fraction, FloatArg(args, 4, kData));
+        ASSIGN_OR_RETURN(std::string validation_dir, StringArg(args, 5, kData));
+        ASSIGN_OR_RETURN(WorkerDevices devices, DevicesFromArgs(args, 6, kData));
         std::vector<int64_t> widths;
-        for (size_t i = 6; i < args.size(); ++i) {
+        for (size_t i = 8; i < args.size(); ++i) {
           ASSIGN_OR_RETURN(int64_t w, IntArg(args, i, kData));
           widths.push_back(w);
         }
         ASSIGN_OR_RETURN(DenseMlp mlp, DenseMlp::Create(widths));
         ASSIGN_OR_RETURN(Split train, ReadSplit(dir, kTrainImages, kTrainLabels));
         ASSIGN_OR_RETURN(Split test, ReadSplit(dir, kTestImages, kTestLabels));
-        if (train.pixels() != mlp.inputs() || test.pixels() != mlp.inputs()) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              kData, ": images of ", train.pixels(), " (train) and ", test.pixels(),
-              " (test) pixels, but the network takes ", mlp.inputs(), " inputs"));
+        Split validation;
+        if (validation_dir.empty()) {
+          SplitOffValidation(static_cast<uint64_t>(seed), validation_fraction, &train,
+                             &validation);
+        } else {
+          ASSIGN_OR_RETURN(validation, ReadSplit(validation_dir, kTrainImages, kTrainLabels));
         }
-        for (const Split* s : {&train, &test}) {
+        for (const Split* s : {&train, &validation, &test}) {
+          if (s->size() > 0 && s->pixels() != mlp.inputs()) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                kData, ": images of ", s->pixels(), " pixels, but the network takes ",
+                mlp.inputs(), " inputs"));
+          }
+        }
+        for (const Split* s : {&train, &validation, &test}) {
           for (int32_t y : s->labels) {
             if (y >= mlp.classes()) {
               return absl::InvalidArgumentError(absl::StrCat(
@@ -571,7 +687,8 @@ absl::Status RegisterFashionMnistMlp(ClosureRegistry* registry) {
         }
         ASSIGN_OR_RETURN(ReplicaGroup * replicas, WorkerReplicaGroup(devices));
         return std::unique_ptr<Dataset>(new FashionResource(
-            std::move(train), std::move(test), std::move(mlp), replicas, batch_size,
+            std::move(train), std::move(validation), std::move(test), std::move(mlp), replicas,
+            batch_size,
             static_cast<uint64_t>(seed), steps_at_once));
       });
 }
@@ -612,6 +729,14 @@ absl::StatusOr<std::unique_ptr<Model>> CreateFashionMnistMlp(const ModelOptions&
   c.max_steps = options.max_steps;
   c.seed = options.seed;
   c.devices = options.devices;
+  // Rounded to float as the workers get it (a float32 closure argument): the same split everywhere.
+  c.validation_fraction = static_cast<float>(options.validation_fraction);
+  c.validation_dir = options.validation_data;
+  if (!(c.validation_fraction >= 0 && c.validation_fraction < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(kFashionMnistMlpModel, ": validation_fraction ",
+                                                   options.validation_fraction,
+                                                   " is outside [0, 1)"));
+  }
   if (c.shards < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(kFashionMnistMlpModel, ": shards=", c.shards, " must be >= 0"));

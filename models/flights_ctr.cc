@@ -248,16 +248,21 @@ absl::StatusOr<std::vector<Tensor>> TrainStep(ClosureContext& ctx, absl::Span<co
                              Tensor::Scalar<float>(lr_loss)};
 }
 
-// Args: test rows [begin, end). Returns {the model's logits, the baseline's logits}, one per row.
+// Args: the split (0: test, 1: validation), its rows [begin, end). Returns {the model's logits, the
+// baseline's logits}, one per row.
 absl::StatusOr<std::vector<Tensor>> EvalChunk(ClosureContext& ctx, absl::Span<const Tensor> args) {
-  ASSIGN_OR_RETURN(int64_t begin, IntArg(args, 0, kEval));
-  ASSIGN_OR_RETURN(int64_t end, IntArg(args, 1, kEval));
+  ASSIGN_OR_RETURN(int64_t split, IntArg(args, 0, kEval));
+  ASSIGN_OR_RETURN(int64_t begin, IntArg(args, 1, kEval));
+  ASSIGN_OR_RETURN(int64_t end, IntArg(args, 2, kEval));
   FlightsResource* res = ResourceOf(ctx);
   if (res == nullptr) return absl::InvalidArgumentError(absl::StrCat(kEval, " needs ", kData));
-  const std::vector<Flight>& test = res->data().test;
+  if (split != 0 && split != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(kEval, ": split ", split, " is not 0 or 1"));
+  }
+  const std::vector<Flight>& test = split == 0 ? res->data().test : res->data().validation;
   if (begin < 0 || end < begin || end > static_cast<int64_t>(test.size())) {
     return absl::InvalidArgumentError(absl::StrCat(kEval, ": rows [", begin, ", ", end,
-                                                   ") outside the ", test.size(), " test flights"));
+                                                   ") outside the ", test.size(), " flights"));
   }
   ASSIGN_OR_RETURN(CtrVars v, FindVars(ctx.ps, res->dynamic()));
   std::vector<int64_t> rows(end - begin);
@@ -301,46 +306,39 @@ class FlightsCtr final : public Model {
                                 Tensor::Scalar<int64_t>(config_.shape.dim),
                                 Tensor::Scalar<int64_t>(config_.shape.hidden),
                                 Tensor::String(FlightFeatureNames(config_.features)),
-                                Tensor::Scalar<int64_t>(config_.dynamic ? 1 : 0)};
+                                Tensor::Scalar<int64_t>(config_.dynamic ? 1 : 0),
+                                Tensor::Scalar<float>(static_cast<float>(f.validation_fraction)),
+                                Tensor::String(f.validation_path)};
     for (Tensor& t : DeviceArgs(config_.devices)) args.push_back(std::move(t));
     ASSIGN_OR_RETURN(dataset_, coordinator->CreatePerWorkerDataset(kData, std::move(args)));
     return absl::OkStatus();
   }
 
   int64_t total_steps() const override { return total_steps_; }
+  int64_t steps_per_epoch() const override { return steps_per_epoch_; }
   int64_t examples_per_step() const override { return config_.batch_size; }
 
   absl::StatusOr<RemoteValue> ScheduleStep(ClusterCoordinator* coordinator, int64_t step) override {
     return coordinator->Schedule(kTrain, {Tensor::Scalar<int64_t>(step)}, {dataset_});
   }
 
-  absl::StatusOr<ModelMetrics> Evaluate(ClusterCoordinator* coordinator) override {
-    const int64_t n = static_cast<int64_t>(data_.test.size());
-    ASSIGN_OR_RETURN(std::vector<RemoteValue> values,
-                     ScheduleChunks(coordinator, kEval, n, kEvalChunk,
-                                    [](int64_t begin, int64_t end) {
-                                      return std::vector<Tensor>{Tensor::Scalar<int64_t>(begin),
-                                                                 Tensor::Scalar<int64_t>(end)};
-                                    },
-                                    dataset_));
+  bool has_validation() const override { return !data_.validation.empty(); }
+  std::string validation_metric() const override { return "val_auc"; }
+  absl::StatusOr<ModelMetrics> Validate(ClusterCoordinator* coordinator) override {
     std::vector<float> logits, lr_logits, labels;
-    logits.reserve(n);
-    lr_logits.reserve(n);
-    for (const RemoteValue& v : values) {
-      ASSIGN_OR_RETURN(std::vector<Tensor> out, v.Fetch());
-      if (out.size() != 2 || !out[0].Is<float>() || !out[1].Is<float>()) {
-        return absl::InternalError(absl::StrCat(kEval, " did not return two float tensors"));
-      }
-      const std::vector<float> a = out[0].ToVector<float>(), b = out[1].ToVector<float>();
-      logits.insert(logits.end(), a.begin(), a.end());
-      lr_logits.insert(lr_logits.end(), b.begin(), b.end());
-    }
-    if (static_cast<int64_t>(logits.size()) != n || static_cast<int64_t>(lr_logits.size()) != n) {
-      return absl::InternalError(
-          absl::StrCat(kEval, ": ", logits.size(), " predictions for ", n, " test flights"));
-    }
-    labels.reserve(n);
-    for (const Flight& f : data_.test) labels.push_back(f.label);
+    RETURN_IF_ERROR(Score(coordinator, 1, &logits, &lr_logits, &labels));
+    ModelMetrics m;
+    m.values["val_auc"] = BinaryAuc(logits, labels);
+    m.values["val_logloss"] = BinaryLogLoss(logits, labels);
+    m.values["val_baseline_lr_auc"] = BinaryAuc(lr_logits, labels);
+    m.values["val_baseline_lr_logloss"] = BinaryLogLoss(lr_logits, labels);
+    return m;
+  }
+
+  absl::StatusOr<ModelMetrics> Evaluate(ClusterCoordinator* coordinator) override {
+    std::vector<float> logits, lr_logits, labels;
+    RETURN_IF_ERROR(Score(coordinator, 0, &logits, &lr_logits, &labels));
+    const int64_t n = static_cast<int64_t>(labels.size());
     ModelMetrics m;
     m.values["test_auc"] = BinaryAuc(logits, labels);
     m.values["test_logloss"] = BinaryLogLoss(logits, labels);
@@ -352,6 +350,7 @@ class FlightsCtr final : public Model {
     m.values["prior_test_logloss"] = BinaryLogLoss(prior, labels);
     m.notes["train_flights"] = absl::StrCat(data_.train.size());
     m.notes["test_flights"] = absl::StrCat(data_.test.size());
+    m.notes["validation_flights"] = absl::StrCat(data_.validation.size());
     m.notes["train_positive_rate"] = absl::StrCat(data_.train_positive_rate);
     m.notes["test_positive_rate"] = absl::StrCat(data_.test_positive_rate);
     m.notes["airports"] = absl::StrCat(data_.airports);
@@ -370,6 +369,42 @@ class FlightsCtr final : public Model {
   }
 
  private:
+  // The logits of the model and the baseline on split 0 (test) or 1 (validation), and its labels.
+  absl::Status Score(ClusterCoordinator* coordinator, int split, std::vector<float>* logits,
+                     std::vector<float>* lr_logits, std::vector<float>* labels) {
+    const std::vector<Flight>& flights = split == 0 ? data_.test : data_.validation;
+    const int64_t n = static_cast<int64_t>(flights.size());
+    ASSIGN_OR_RETURN(std::vector<RemoteValue> values,
+                     ScheduleChunks(coordinator, kEval, n, kEvalChunk,
+                                    [split](int64_t begin, int64_t end) {
+                                      return std::vector<Tensor>{Tensor::Scalar<int64_t>(split),
+                                                                 Tensor::Scalar<int64_t>(begin),
+                                                                 Tensor::Scalar<int64_t>(end)};
+                                    },
+                                    dataset_));
+    logits->clear();
+    lr_logits->clear();
+    logits->reserve(n);
+    lr_logits->reserve(n);
+    for (const RemoteValue& v : values) {
+      ASSIGN_OR_RETURN(std::vector<Tensor> out, v.Fetch());
+      if (out.size() != 2 || !out[0].Is<float>() || !out[1].Is<float>()) {
+        return absl::InternalError(absl::StrCat(kEval, " did not return two float tensors"));
+      }
+      const std::vector<float> a = out[0].ToVector<float>(), b = out[1].ToVector<float>();
+      logits->insert(logits->end(), a.begin(), a.end());
+      lr_logits->insert(lr_logits->end(), b.begin(), b.end());
+    }
+    if (static_cast<int64_t>(logits->size()) != n || static_cast<int64_t>(lr_logits->size()) != n) {
+      return absl::InternalError(
+          absl::StrCat(kEval, ": ", logits->size(), " predictions for ", n, " flights"));
+    }
+    labels->clear();
+    labels->reserve(n);
+    for (const Flight& f : flights) labels->push_back(f.label);
+    return absl::OkStatus();
+  }
+
   const FlightsCtrConfig config_;
   FlightsData data_;
   int64_t steps_per_epoch_ = 0;
@@ -391,6 +426,9 @@ absl::StatusOr<FlightsCtrConfig> FlightsCtrConfigFromOptions(const ModelOptions&
   ASSIGN_OR_RETURN(c.features, ParseFlightFeatures(extra.GetString("features", "all")));
   c.shape.features = static_cast<int64_t>(c.features.size());
   c.flights.path = options.data.empty() ? "data/flights/flights.csv" : options.data;
+  // Rounded to float as the workers get it (a float32 closure argument): the same split everywhere.
+  c.flights.validation_fraction = static_cast<float>(options.validation_fraction);
+  c.flights.validation_path = options.validation_data;
   ASSIGN_OR_RETURN(c.hash_rows, extra.GetInt("hash_rows", c.hash_rows));
   ASSIGN_OR_RETURN(c.shape.hidden, extra.GetInt("hidden", c.shape.hidden));
   ASSIGN_OR_RETURN(c.partitioner,
@@ -562,7 +600,9 @@ absl::Status RegisterFlightsCtr(ClosureRegistry* registry) {
         ASSIGN_OR_RETURN(std::vector<int> features, ParseFlightFeatures(feature_names));
         shape.features = static_cast<int64_t>(features.size());
         ASSIGN_OR_RETURN(int64_t dynamic, IntArg(args, 10, kData));
-        ASSIGN_OR_RETURN(WorkerDevices devices, DevicesFromArgs(args, 11, kData));
+        ASSIGN_OR_RETURN(options.validation_fraction, FloatArg(args, 11, kData));
+        ASSIGN_OR_RETURN(options.validation_path, StringArg(args, 12, kData));
+        ASSIGN_OR_RETURN(WorkerDevices devices, DevicesFromArgs(args, 13, kData));
         if (batch_size < 1 || hash_rows < 1 || shape.dim < 1 || shape.hidden < 1) {
           return absl::InvalidArgumentError(absl::StrCat(
               kData, ": batch_size, hash_rows, dim and hidden must be >= 1"));

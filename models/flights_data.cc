@@ -193,22 +193,19 @@ void KeyFlights(absl::Span<const Flight> flights, absl::Span<const int64_t> rows
   }
 }
 
-absl::StatusOr<FlightsData> LoadFlights(const FlightsOptions& options) {
-  if (!(options.unknown_day_fraction >= 0 && options.unknown_day_fraction <= 1)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "flights: unknown_day_fraction ", options.unknown_day_fraction, " is outside [0, 1]"));
-  }
-  if (options.test_from_month < 2 || options.test_from_month > 12) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "flights: test_from_month ", options.test_from_month, " is outside [2, 12]"));
-  }
+namespace {
+
+// Every flight of `path` (labelled, day known), in file order.
+absl::StatusOr<std::vector<Flight>> ReadFlights(const std::string& path,
+                                                const FlightsOptions& options,
+                                                int64_t* airports) {
   std::vector<int32_t> dates, origins, destinations, delays, distances;
   std::vector<std::string> date_vocab, airport_vocab;
   data::CsvOptions csv;
   csv.max_rows = options.max_rows;
   ASSIGN_OR_RETURN(
       const int64_t rows,
-      data::ReadCsv(options.path,
+      data::ReadCsv(path,
                     {data::CsvColumn::Category("date", &dates, &date_vocab),
                      data::CsvColumn::Int32("delay", &delays),
                      data::CsvColumn::Int32("distance", &distances),
@@ -220,32 +217,62 @@ absl::StatusOr<FlightsData> LoadFlights(const FlightsOptions& options) {
   for (size_t i = 0; i < date_vocab.size(); ++i) {
     if (!ParseDate(date_vocab[i], &times[i])) {
       return absl::InvalidArgumentError(absl::StrCat(
-          options.path, ": date \"", date_vocab[i], "\" is not YYYY-MM-DD HH:MM"));
+          path, ": date \"", date_vocab[i], "\" is not YYYY-MM-DD HH:MM"));
     }
   }
   std::vector<uint32_t> airport_hash(airport_vocab.size());
   for (size_t i = 0; i < airport_vocab.size(); ++i) airport_hash[i] = Fnv1a32(airport_vocab[i]);
-
-  FlightsData out;
-  out.airports = static_cast<int64_t>(airport_vocab.size());
-  int64_t train_pos = 0, test_pos = 0;
+  if (airports != nullptr) *airports = static_cast<int64_t>(airport_vocab.size());
+  std::vector<Flight> out;
+  out.reserve(rows);
   for (int64_t r = 0; r < rows; ++r) {
     if (distances[r] < 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat(options.path, ": line ", r + 2, ": negative distance ", distances[r]));
+          absl::StrCat(path, ": line ", r + 2, ": negative distance ", distances[r]));
     }
     Flight f = times[dates[r]];
     f.origin = airport_hash[origins[r]];
     f.destination = airport_hash[destinations[r]];
     f.distance = static_cast<uint16_t>(std::min(distances[r], 65535));
     f.label = delays[r] > options.delay_threshold ? 1 : 0;
-    if (f.month < options.test_from_month) {
+    out.push_back(f);
+  }
+  return out;
+}
+
+// A second uniform hash of the row, independent of RowUnit's: the validation split.
+double ValidationUnit(uint64_t row) { return RowUnit(row ^ 0x7A11DA7E5EED0F00ull); }
+
+}  // namespace
+
+absl::StatusOr<FlightsData> LoadFlights(const FlightsOptions& options) {
+  if (!(options.unknown_day_fraction >= 0 && options.unknown_day_fraction <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "flights: unknown_day_fraction ", options.unknown_day_fraction, " is outside [0, 1]"));
+  }
+  if (options.test_from_month < 2 || options.test_from_month > 12) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "flights: test_from_month ", options.test_from_month, " is outside [2, 12]"));
+  }
+  if (!(options.validation_fraction >= 0 && options.validation_fraction < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "flights: validation_fraction ", options.validation_fraction, " is outside [0, 1)"));
+  }
+  FlightsData out;
+  ASSIGN_OR_RETURN(std::vector<Flight> flights, ReadFlights(options.path, options, &out.airports));
+  const bool split_validation = options.validation_path.empty();
+  int64_t train_pos = 0, test_pos = 0;
+  for (size_t r = 0; r < flights.size(); ++r) {
+    Flight f = flights[r];
+    if (f.month >= options.test_from_month) {
+      out.test.push_back(f);
+      test_pos += f.label;
+    } else if (split_validation && ValidationUnit(r) < options.validation_fraction) {
+      out.validation.push_back(f);
+    } else {
       f.day_known = RowUnit(static_cast<uint64_t>(r)) >= options.unknown_day_fraction;
       out.train.push_back(f);
       train_pos += f.label;
-    } else {
-      out.test.push_back(f);
-      test_pos += f.label;
     }
   }
   if (out.train.empty() || out.test.empty()) {
@@ -254,9 +281,18 @@ absl::StatusOr<FlightsData> LoadFlights(const FlightsOptions& options) {
                      " test flights (test from month ", options.test_from_month,
                      "); both must be non-empty"));
   }
+  if (!split_validation) {
+    ASSIGN_OR_RETURN(out.validation, ReadFlights(options.validation_path, options, nullptr));
+    if (out.validation.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(options.validation_path, ": no validation flights"));
+    }
+  }
+  // Days no training flight has are unknown to the model (see unknown_day_fraction).
   std::vector<bool> train_days(367);
   for (const Flight& f : out.train) train_days[f.day_of_year] = true;
   for (Flight& f : out.test) f.day_known = train_days[f.day_of_year];
+  for (Flight& f : out.validation) f.day_known = train_days[f.day_of_year];
   out.train_positive_rate = static_cast<double>(train_pos) / static_cast<double>(out.train.size());
   out.test_positive_rate = static_cast<double>(test_pos) / static_cast<double>(out.test.size());
   return out;

@@ -33,6 +33,11 @@ struct FlightsOptions {
   int delay_threshold = 15;
   // Read at most this many records; -1 (the default) reads them all.
   int64_t max_rows = -1;
+  // The fraction of training flights held out for validation, picked by a hash of their row.
+  // Default 0.1; 0: none. Ignored when validation_path is set: every flight of that file (same
+  // columns) validates.
+  double validation_fraction = 0.1;
+  std::string validation_path;
   // The fraction of training flights (picked by a hash of their row) whose day of year the
   // features treat as unknown, as they do for every test flight on a day no training flight has:
   // so the model learns what an unknown day means instead of meeting it first in the test.
@@ -57,14 +62,15 @@ struct Flight {
 struct FlightsData {
   std::vector<Flight> train;
   std::vector<Flight> test;
+  std::vector<Flight> validation;
   int64_t airports = 0;              // distinct codes among origins and destinations
   double train_positive_rate = 0;
   double test_positive_rate = 0;
 };
 
 // Errors: kNotFound (no file), kInvalidArgument (a missing column, a bad value or date, no training
-// or no test flights, test_from_month outside [2, 12], unknown_day_fraction outside [0, 1]), each
-// naming the file.
+// or no test flights, test_from_month outside [2, 12], unknown_day_fraction outside [0, 1],
+// validation_fraction outside [0, 1)), each naming the file.
 absl::StatusOr<FlightsData> LoadFlights(const FlightsOptions& options);
 
 // The features, in the order their rows are laid out per example.

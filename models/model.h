@@ -43,6 +43,11 @@ struct ModelOptions {
   RelativeSchedule lr_schedule;
   // Embedding width. 0: the model's default.
   int64_t embedding_dim = 0;
+  // Validation data, held out from training: a seeded fraction of the training data (default 0.1;
+  // 0: none), or, when validation_data is set, that file or directory (in the model's data format;
+  // the fraction is then ignored). The trainer validates on it every epoch (trainer/trainer.h).
+  double validation_fraction = 0.1;
+  std::string validation_data;
   // Seeds the split, the shuffles and the initializers. Default 1.
   uint64_t seed = 1;
   // Where the workers compute (a GPU per replica, or the CPU) and how many replicas each runs.
@@ -72,8 +77,10 @@ class Model {
   // (kInvalidArgument, kNotFound naming the file), and the cluster's.
   virtual absl::Status Setup(ClusterCoordinator* coordinator) = 0;
 
-  // Steps of the whole run, and examples per step (the last batch of an epoch may be smaller).
+  // Steps of the whole run, steps per pass over the training data, and examples per step (the last
+  // batch of an epoch may be smaller).
   virtual int64_t total_steps() const = 0;
+  virtual int64_t steps_per_epoch() const = 0;
   virtual int64_t examples_per_step() const = 0;
 
   // Schedules training step `step` in [0, total_steps()). The value's outputs are
@@ -83,6 +90,14 @@ class Model {
 
   // Evaluates the current variables on the test data (and the model's baseline).
   virtual absl::StatusOr<ModelMetrics> Evaluate(ClusterCoordinator* coordinator) = 0;
+
+  // Validation: whether the model holds validation data (ModelOptions::validation_fraction or
+  // validation_data); the current variables' metrics on it, each named "val_..." (a baseline's
+  // too, "val_baseline_..."); and the metric the trainer watches by default for early stopping and
+  // the best checkpoint ("val_rmse").
+  virtual bool has_validation() const = 0;
+  virtual absl::StatusOr<ModelMetrics> Validate(ClusterCoordinator* coordinator) = 0;
+  virtual std::string validation_metric() const = 0;
 };
 
 }  // namespace pstrain

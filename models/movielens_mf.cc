@@ -239,15 +239,20 @@ absl::StatusOr<std::vector<Tensor>> TrainStep(ClosureContext& ctx, absl::Span<co
                              Tensor::Scalar<int64_t>(n)};
 }
 
-// Sum of squared errors (clipped predictions) over examples [begin, end) of the test set (split 0)
-// or the training set (split 1).
+// Sum of squared errors (clipped predictions) over examples [begin, end) of the test set (split 0),
+// the training set (split 1) or the validation set (split 2).
 absl::StatusOr<std::vector<Tensor>> EvalChunk(ClosureContext& ctx, absl::Span<const Tensor> args) {
   ASSIGN_OR_RETURN(int64_t split, IntArg(args, 0, kEval));
   ASSIGN_OR_RETURN(int64_t begin, IntArg(args, 1, kEval));
   ASSIGN_OR_RETURN(int64_t end, IntArg(args, 2, kEval));
   auto* res = ctx.datasets.size() == 1 ? dynamic_cast<RatingsResource*>(ctx.datasets[0]) : nullptr;
   if (res == nullptr) return absl::InvalidArgumentError(absl::StrCat(kEval, " needs ", kData));
-  const Ratings& ratings = split == 0 ? res->data().test : res->data().train;
+  if (split < 0 || split > 2) {
+    return absl::InvalidArgumentError(absl::StrCat(kEval, ": split ", split, " is not 0, 1 or 2"));
+  }
+  const Ratings& ratings = split == 0   ? res->data().test
+                           : split == 1 ? res->data().train
+                                        : res->data().validation;
   if (begin < 0 || end < begin || end > static_cast<int64_t>(ratings.size())) {
     return absl::InvalidArgumentError(absl::StrCat(kEval, ": rows [", begin, ", ", end,
                                                    ") outside the ", ratings.size(), " examples"));
@@ -329,10 +334,15 @@ class MatrixFactorization final : public Model {
       spec.optimizer = optimizer;
       return coordinator->variables()->Create(spec).status();
     };
-    RETURN_IF_ERROR(table(kUserEmb, data_.num_users, config_.dim, true));
+    // The user embeddings start at zero and the biases at the bias baseline's: the untrained model
+    // IS the baseline (its dot products are 0), so the step-0 validation scores the baseline and
+    // the best checkpoint never ends worse than it on validation. The item embeddings' noise
+    // breaks the symmetry (the users' gradients are err * item rows).
+    RETURN_IF_ERROR(table(kUserEmb, data_.num_users, config_.dim, false));
     RETURN_IF_ERROR(table(kItemEmb, data_.num_items, config_.dim, true));
     RETURN_IF_ERROR(table(kUserBias, data_.num_users, 1, false));
     RETURN_IF_ERROR(table(kItemBias, data_.num_items, 1, false));
+    RETURN_IF_ERROR(WarmStartBiases(coordinator));
     ASSIGN_OR_RETURN(
         dataset_,
         coordinator->CreatePerWorkerDataset(
@@ -345,11 +355,14 @@ class MatrixFactorization final : public Model {
                     Tensor::Scalar<float>(static_cast<float>(config_.bias_l2)),
                     Tensor::Scalar<float>(static_cast<float>(config_.reg_power)),
                     Tensor::Scalar<int64_t>(config_.dim),
-                    Tensor::Scalar<int64_t>(config_.dynamic ? 1 : 0)}));
+                    Tensor::Scalar<int64_t>(config_.dynamic ? 1 : 0),
+                    Tensor::Scalar<float>(static_cast<float>(config_.ratings.validation_fraction)),
+                    Tensor::String(config_.ratings.validation_path)}));
     return absl::OkStatus();
   }
 
   int64_t total_steps() const override { return total_steps_; }
+  int64_t steps_per_epoch() const override { return steps_per_epoch_; }
   int64_t examples_per_step() const override { return config_.batch_size; }
 
   absl::StatusOr<RemoteValue> ScheduleStep(ClusterCoordinator* coordinator, int64_t step) override {
@@ -358,42 +371,90 @@ class MatrixFactorization final : public Model {
 
   absl::StatusOr<ModelMetrics> Evaluate(ClusterCoordinator* coordinator) override {
     ModelMetrics m;
-    for (int split = 0; split < 2; ++split) {
-      const int64_t n = static_cast<int64_t>(split == 0 ? data_.test.size() : data_.train.size());
-      ASSIGN_OR_RETURN(std::vector<RemoteValue> values,
-                       ScheduleChunks(coordinator, kEval, n, /*chunk=*/4096,
-                                      [split](int64_t begin, int64_t end) {
-                                        return std::vector<Tensor>{Tensor::Scalar<int64_t>(split),
-                                                                   Tensor::Scalar<int64_t>(begin),
-                                                                   Tensor::Scalar<int64_t>(end)};
-                                      },
-                                      dataset_));
-      double sse = 0;
-      int64_t count = 0;
-      for (const RemoteValue& v : values) {
-        ASSIGN_OR_RETURN(std::vector<Tensor> out, v.Fetch());
-        sse += out[0].scalar<float>();
-        count += out[1].scalar<int64_t>();
-      }
-      m.values[split == 0 ? "test_rmse" : "train_rmse"] =
-          count > 0 ? std::sqrt(sse / static_cast<double>(count)) : 0;
-    }
-    const BiasBaseline baseline = FitBiasBaseline(data_);
+    ASSIGN_OR_RETURN(m.values["test_rmse"], SplitRmse(coordinator, 0));
+    ASSIGN_OR_RETURN(m.values["train_rmse"], SplitRmse(coordinator, 1));
     m.values["baseline_test_rmse"] =
-        Rmse(data_.test, [&](int32_t u, int32_t i) { return baseline.Predict(u, i); },
+        Rmse(data_.test, [&](int32_t u, int32_t i) { return baseline_.Predict(u, i); },
              data_.min_rating, data_.max_rating);
     m.notes["users"] = absl::StrCat(data_.num_users);
     m.notes["items"] = absl::StrCat(data_.num_items);
     m.notes["train_ratings"] = absl::StrCat(data_.train.size());
     m.notes["test_ratings"] = absl::StrCat(data_.test.size());
     m.notes["test_excluded_unseen"] = absl::StrCat(data_.test_excluded);
+    m.notes["validation_ratings"] = absl::StrCat(data_.validation.size());
+    m.notes["validation_excluded_unseen"] = absl::StrCat(data_.validation_excluded);
     m.notes["id_tables"] = config_.dynamic ? "dynamic (keyed by the raw ids)" : "fixed (ids remapped)";
     return m;
   }
 
+  bool has_validation() const override { return data_.validation.size() > 0; }
+  std::string validation_metric() const override { return "val_rmse"; }
+  absl::StatusOr<ModelMetrics> Validate(ClusterCoordinator* coordinator) override {
+    ModelMetrics m;
+    ASSIGN_OR_RETURN(m.values["val_rmse"], SplitRmse(coordinator, 2));
+    m.values["val_baseline_rmse"] =
+        Rmse(data_.validation, [&](int32_t u, int32_t i) { return baseline_.Predict(u, i); },
+             data_.min_rating, data_.max_rating);
+    return m;
+  }
+
  private:
+  // The RMSE of the current tables on split 0 (test), 1 (train) or 2 (validation), in chunks
+  // over the workers.
+  absl::StatusOr<double> SplitRmse(ClusterCoordinator* coordinator, int split) {
+    const Ratings& ratings = split == 0 ? data_.test : split == 1 ? data_.train : data_.validation;
+    ASSIGN_OR_RETURN(std::vector<RemoteValue> values,
+                     ScheduleChunks(coordinator, kEval, static_cast<int64_t>(ratings.size()),
+                                    /*chunk=*/4096,
+                                    [split](int64_t begin, int64_t end) {
+                                      return std::vector<Tensor>{Tensor::Scalar<int64_t>(split),
+                                                                 Tensor::Scalar<int64_t>(begin),
+                                                                 Tensor::Scalar<int64_t>(end)};
+                                    },
+                                    dataset_));
+    double sse = 0;
+    int64_t count = 0;
+    for (const RemoteValue& v : values) {
+      ASSIGN_OR_RETURN(std::vector<Tensor> out, v.Fetch());
+      sse += out[0].scalar<float>();
+      count += out[1].scalar<int64_t>();
+    }
+    return count > 0 ? std::sqrt(sse / static_cast<double>(count)) : 0;
+  }
+
+  // Sets every training user's and item's bias row to the bias baseline's.
+  absl::Status WarmStartBiases(ClusterCoordinator* coordinator) {
+    baseline_ = FitBiasBaseline(data_);
+    for (bool users : {true, false}) {
+      const std::vector<double>& bias = users ? baseline_.user_bias : baseline_.item_bias;
+      const std::vector<int32_t>& index = users ? data_.train.user : data_.train.item;
+      const std::vector<int64_t>& key = users ? data_.train.user_key : data_.train.item_key;
+      // Each id once: its dense index and (dynamic tables) its key.
+      std::vector<int64_t> key_of(bias.size(), -1);
+      std::vector<bool> seen(bias.size());
+      std::vector<int64_t> ids;
+      std::vector<float> values;
+      for (size_t k = 0; k < index.size(); ++k) {
+        if (seen[index[k]]) continue;
+        seen[index[k]] = true;
+        ids.push_back(config_.dynamic ? key[k] : index[k]);
+        values.push_back(static_cast<float>(bias[index[k]]));
+      }
+      const char* name = users ? kUserBias : kItemBias;
+      if (config_.dynamic) {
+        ASSIGN_OR_RETURN(DynamicTable t, coordinator->ps()->Table(name));
+        RETURN_IF_ERROR(t.Assign(ids, values.data()));
+      } else {
+        ASSIGN_OR_RETURN(ShardedVariable v, coordinator->ps()->Variable(name));
+        RETURN_IF_ERROR(v.Assign(ids, values.data()));
+      }
+    }
+    return absl::OkStatus();
+  }
+
   const MfConfig config_;
   RatingsData data_;
+  BiasBaseline baseline_;
   int64_t steps_per_epoch_ = 0;
   int64_t total_steps_ = 0;
   PerWorkerDataset dataset_;
@@ -421,6 +482,8 @@ absl::Status RegisterMatrixFactorization(ClosureRegistry* registry) {
         ASSIGN_OR_RETURN(double reg_power, FloatArg(args, 8, kData));
         ASSIGN_OR_RETURN(int64_t dim, IntArg(args, 9, kData));
         ASSIGN_OR_RETURN(int64_t dynamic, IntArg(args, 10, kData));
+        ASSIGN_OR_RETURN(options.validation_fraction, FloatArg(args, 11, kData));
+        ASSIGN_OR_RETURN(options.validation_path, StringArg(args, 12, kData));
         ASSIGN_OR_RETURN(RatingsData data, LoadRatings(options));
         return std::unique_ptr<Dataset>(new RatingsResource(std::move(data), batch_size,
                                                             options.seed, l2, bias_l2, reg_power,
@@ -436,6 +499,9 @@ absl::StatusOr<std::unique_ptr<Model>> CreateMatrixFactorization(const ModelOpti
   c.ratings.item_col = extra.GetString("item_col", "movieId");
   c.ratings.rating_col = extra.GetString("rating_col", "rating");
   c.ratings.seed = options.seed;
+  // Rounded to float as the workers get it (a float32 closure argument): the same split everywhere.
+  c.ratings.validation_fraction = static_cast<float>(options.validation_fraction);
+  c.ratings.validation_path = options.validation_data;
   ASSIGN_OR_RETURN(c.l2, extra.GetDouble("l2", c.l2));
   ASSIGN_OR_RETURN(c.bias_l2, extra.GetDouble("bias_l2", c.bias_l2));
   ASSIGN_OR_RETURN(c.reg_power, extra.GetDouble("reg_power", c.reg_power));

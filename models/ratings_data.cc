@@ -26,6 +26,10 @@ absl::StatusOr<RatingsData> LoadRatings(const RatingsOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("test_fraction ", options.test_fraction, " is outside [0, 1)"));
   }
+  if (!(options.validation_fraction >= 0 && options.validation_fraction < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "validation_fraction ", options.validation_fraction, " is outside [0, 1)"));
+  }
   std::vector<int32_t> users, items;
   std::vector<std::string> user_vocab, item_vocab;
   std::vector<float> ratings;
@@ -35,6 +39,20 @@ absl::StatusOr<RatingsData> LoadRatings(const RatingsOptions& options) {
                                   data::CsvColumn::Category(options.item_col, &items, &item_vocab),
                                   data::CsvColumn::Float(options.rating_col, &ratings)}));
   if (rows == 0) return absl::InvalidArgumentError(absl::StrCat(options.path, ": no ratings"));
+  // Another file's ratings validate: read with the same vocabularies (its ids get the same
+  // indices; ids only it has are numbered after the training file's).
+  int64_t validation_rows = 0;
+  if (!options.validation_path.empty()) {
+    ASSIGN_OR_RETURN(
+        validation_rows,
+        data::ReadCsv(options.validation_path,
+                      {data::CsvColumn::Category(options.user_col, &users, &user_vocab),
+                       data::CsvColumn::Category(options.item_col, &items, &item_vocab),
+                       data::CsvColumn::Float(options.rating_col, &ratings)}));
+    if (validation_rows == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(options.validation_path, ": no ratings"));
+    }
+  }
 
   RatingsData out;
   out.num_users = static_cast<int64_t>(user_vocab.size());
@@ -49,12 +67,21 @@ absl::StatusOr<RatingsData> LoadRatings(const RatingsOptions& options) {
     to->item_key.push_back(item_key[items[r]]);
     to->rating.push_back(ratings[r]);
   };
-  std::vector<bool> is_test(rows);
+  // 0: train, 1: test, 2: validation.
+  std::vector<uint8_t> split(rows + validation_rows, 2);
   std::vector<bool> user_seen(out.num_users), item_seen(out.num_items);
   double sum = 0;
   for (int64_t r = 0; r < rows; ++r) {
-    is_test[r] = HashUnit(options.seed, static_cast<uint64_t>(r)) < options.test_fraction;
-    if (is_test[r]) continue;
+    if (HashUnit(options.seed, static_cast<uint64_t>(r)) < options.test_fraction) {
+      split[r] = 1;
+    } else if (options.validation_path.empty() &&
+               HashUnit(options.seed ^ 0x5EED0F7A11DA7E00ull, static_cast<uint64_t>(r)) <
+                   options.validation_fraction) {
+      split[r] = 2;
+    } else {
+      split[r] = 0;
+    }
+    if (split[r] != 0) continue;
     add(&out.train, r);
     user_seen[users[r]] = true;
     item_seen[items[r]] = true;
@@ -67,13 +94,14 @@ absl::StatusOr<RatingsData> LoadRatings(const RatingsOptions& options) {
   const auto [lo, hi] = std::minmax_element(out.train.rating.begin(), out.train.rating.end());
   out.min_rating = *lo;
   out.max_rating = *hi;
-  for (int64_t r = 0; r < rows; ++r) {
-    if (!is_test[r]) continue;
+  for (int64_t r = 0; r < rows + validation_rows; ++r) {
+    if (split[r] == 0) continue;
+    const bool test = split[r] == 1;
     if (!user_seen[users[r]] || !item_seen[items[r]]) {
-      ++out.test_excluded;
+      ++(test ? out.test_excluded : out.validation_excluded);
       continue;
     }
-    add(&out.test, r);
+    add(test ? &out.test : &out.validation, r);
   }
   return out;
 }

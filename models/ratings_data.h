@@ -1,5 +1,7 @@
-// Ratings data for the matrix-factorization model: read from any CSV by column names, and split 80/20
-// at random by rating with a fixed seed. Each rating carries its user's and item's raw id as a
+// Ratings data for the matrix-factorization model: read from any CSV by column names (plain or gzip,
+// quoted fields as R and spreadsheets write them), and split at random by rating with a fixed seed:
+// 20% test, then 10% of the rest for validation (or the validation ratings of another file), the
+// remainder trains. Each rating carries its user's and item's raw id as a
 // 64-bit key (KeyOfString of the id's text: a dynamic table's key, the same in any file) and a
 // dense index (ids numbered in order of appearance: a fixed table's row, and the host-side
 // bookkeeping's). The same inputs give the same result in every process (the coordinator and each
@@ -24,6 +26,11 @@ struct RatingsOptions {
   std::string rating_col = "rating";
   // Fraction of ratings held out for testing, chosen by a hash of (seed, row). Default 0.2.
   double test_fraction = 0.2;
+  // Fraction of the other ratings held out for validation, by another hash of (seed, row).
+  // Default 0.1; 0: none. Ignored when validation_path is set: every rating of that file (with the
+  // same columns) validates.
+  double validation_fraction = 0.1;
+  std::string validation_path;
   // Default 1.
   uint64_t seed = 1;
 };
@@ -40,16 +47,18 @@ struct Ratings {
 struct RatingsData {
   Ratings train;
   Ratings test;              // only rows whose user and item both appear in train
-  int64_t num_users = 0;     // distinct users in the file
+  Ratings validation;        // likewise
+  int64_t num_users = 0;     // distinct users in the file(s)
   int64_t num_items = 0;
   int64_t test_excluded = 0; // held-out rows dropped: their user or item is not in train
+  int64_t validation_excluded = 0;
   double train_mean = 0;     // mean training rating
   float min_rating = 0;      // the training ratings' range (predictions are clipped to it)
   float max_rating = 0;
 };
 
 // Errors: kNotFound (no file), kInvalidArgument (a missing column, a bad value, no rows, a
-// test_fraction outside [0, 1)), each naming the file.
+// test_fraction or validation_fraction outside [0, 1)), each naming the file.
 absl::StatusOr<RatingsData> LoadRatings(const RatingsOptions& options);
 
 // User and item biases fitted by alternating regularized least squares around the training mean

@@ -243,6 +243,49 @@ TEST(CheckpointKeepTest, KeepTwo_OnlyNewestTwoRemain) {
   EXPECT_THAT(steps, ElementsAre(40, 50));
 }
 
+// The checkpoint marked best stays whatever `keep` says; a malformed mark is refused, not followed.
+TEST(CheckpointKeepTest, BestMarked_KeptBesideTheNewestAndClearable) {
+  const std::string dir = FreshTempDir("keep_best");
+  CheckpointOptions options;
+  options.keep = 2;
+  Job a(2, dir, options);
+  a.Create("w", {6, 3}, 2);
+  for (int step = 10; step <= 50; step += 10) {
+    absl::StatusOr<std::string> path = a.Save(step);
+    ASSERT_TRUE(path.ok()) << path.status();
+    if (step == 20) ASSERT_TRUE(a.checkpoints->MarkBest(*path, "val_rmse=0.8 at step 20").ok());
+  }
+  auto saved_steps = [&dir] {
+    std::vector<int64_t> steps;
+    absl::StatusOr<std::vector<CheckpointEntry>> all = ListCheckpointDirs(dir);
+    EXPECT_TRUE(all.ok()) << all.status();
+    if (all.ok()) {
+      for (const CheckpointEntry& e : *all) steps.push_back(e.step);
+    }
+    return steps;
+  };
+  EXPECT_THAT(saved_steps(), ElementsAre(20, 40, 50));
+  absl::StatusOr<std::optional<BestMarker>> best = a.checkpoints->Best();
+  ASSERT_TRUE(best.ok() && best->has_value()) << best.status();
+  EXPECT_EQ((*best)->step, 20);
+  EXPECT_EQ((*best)->note, "val_rmse=0.8 at step 20");
+  EXPECT_TRUE(a.checkpoints->Restore((*best)->path).ok());
+  // Not a checkpoint of this directory: refused.
+  EXPECT_THAT(a.checkpoints->MarkBest("/etc/passwd", "x"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a checkpoint directory")));
+  // A mark pointing outside the directory: kDataLoss, and old checkpoints are left alone.
+  {
+    std::ofstream f(dir + "/BEST", std::ios::trunc);
+    f << "../../etc\nx\n";
+  }
+  EXPECT_THAT(a.checkpoints->Best(), StatusIs(absl::StatusCode::kDataLoss, HasSubstr("BEST")));
+  ASSERT_TRUE(a.Save(60).ok());
+  EXPECT_THAT(saved_steps(), ElementsAre(20, 40, 50, 60));
+  ASSERT_TRUE(a.checkpoints->ClearBest().ok());
+  ASSERT_TRUE(a.Save(70).ok());
+  EXPECT_THAT(saved_steps(), ElementsAre(60, 70));
+}
+
 class CheckpointBadInputTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -87,6 +87,7 @@ TEST(FashionMnistMlpTrainTest, ToyData_TwoWorkersTwoPs_LearnsAndReportsMetrics) 
   ModelOptions options = ToyDataOptions(/*train=*/600, /*test=*/150, /*seed=*/1);
   options.epochs = 10;
   options.learning_rate = 0.01;
+  options.validation_fraction = 0;  // every training example trains
   options.extra = {{"hidden", "8,6"}, {"train_eval_examples", "250"}};
   auto model = CreateFashionMnistMlp(options);
   ASSERT_TRUE(model.ok()) << model.status();
@@ -104,6 +105,28 @@ TEST(FashionMnistMlpTrainTest, ToyData_TwoWorkersTwoPs_LearnsAndReportsMetrics) 
   // The default: the last 3 epochs' weights averaged, the final weights evaluated too.
   EXPECT_EQ(result->metrics.notes["averaged_steps"], "90");
   EXPECT_GT(result->metrics.values["last_test_accuracy"], 0.9);
+}
+
+// The default holds 10% of the training examples out for validation: validated at step 0 and
+// every epoch (the averaged weights once averaging began), the rest train.
+TEST(FashionMnistMlpTrainTest, ToyData_ValidationHeldOut_ValidatedEveryEpoch) {
+  ModelOptions options = ToyDataOptions(/*train=*/600, /*test=*/150, /*seed=*/5);
+  options.epochs = 4;
+  options.learning_rate = 0.01;
+  options.extra = {{"hidden", "8"}, {"average_epochs", "1"}};
+  auto model = CreateFashionMnistMlp(options);
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto result = TrainInProcess(Registry(), /*workers=*/2, /*ps=*/1, model->get());
+  ASSERT_TRUE(result.ok()) << result.status();
+  const int64_t validation = std::stoll(result->metrics.notes["validation_examples"]);
+  EXPECT_NEAR(validation, 60, 20);
+  const int64_t train = 600 - validation;
+  EXPECT_EQ(result->end_step, 4 * ((train + 19) / 20));
+  EXPECT_EQ(result->examples, 4 * train);
+  EXPECT_EQ(result->validations, 5);
+  EXPECT_EQ(result->monitor, "val_accuracy");
+  EXPECT_GT(result->metrics.values["val_accuracy"], 0.85);
+  EXPECT_GT(result->metrics.values["test_accuracy"], 0.85);
 }
 
 // Without averaging only the trained weights are evaluated; 2 steps at once per worker, weights
@@ -133,6 +156,7 @@ TEST(FashionMnistMlpTrainTest, ToyData_FourReplicas_Learns) {
   options.learning_rate = 0.01;
   options.devices.kind = DeviceOptions::Kind::kCpu;
   options.devices.replicas = 4;
+  options.validation_fraction = 0;
   options.extra = {{"hidden", "8,6"}, {"train_eval_examples", "250"}};
   auto model = CreateFashionMnistMlp(options);
   ASSERT_TRUE(model.ok()) << model.status();

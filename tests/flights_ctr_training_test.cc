@@ -67,15 +67,26 @@ TEST(FlightsCtrTrainTest, ToyData_TwoWorkersTwoPs_LearnsAndReportsMetrics) {
   auto result = TrainInProcess(Registry(), /*workers=*/2, /*ps=*/2, model->get());
   ASSERT_TRUE(result.ok()) << result.status();
 
-  EXPECT_EQ(result->end_step, 3 * 100);
-  EXPECT_EQ(result->examples, 3 * 5000);
+  // 10% of the training flights validate (the default): the rest train.
+  const int64_t train = std::stoll(result->metrics.notes.at("train_flights"));
+  const int64_t validation = std::stoll(result->metrics.notes.at("validation_flights"));
+  EXPECT_EQ(train + validation, 5000);
+  EXPECT_NEAR(validation, 500, 80);
+  EXPECT_EQ(result->end_step, 3 * ((train + 49) / 50));
+  EXPECT_EQ(result->examples, 3 * train);
   const auto& values = result->metrics.values;
+  // Validated at step 0 and every epoch; the test evaluation names what it ran on.
+  EXPECT_EQ(result->validations, 4);
+  EXPECT_EQ(result->monitor, "val_auc");
+  EXPECT_GT(values.at("val_auc"), 0.75);
+  EXPECT_GT(values.at("val_baseline_lr_auc"), 0.7);
+  EXPECT_GE(result->best_step, 0);
+  EXPECT_FALSE(result->evaluated.empty());
   // The best possible AUC here is ~0.83 (scoring the risky quarter above the rest).
   EXPECT_GT(values.at("test_auc"), 0.78);
   EXPECT_GT(values.at("baseline_lr_test_auc"), 0.75);
   EXPECT_LT(values.at("test_logloss"), values.at("prior_test_logloss"));
   EXPECT_LT(values.at("baseline_lr_test_logloss"), values.at("prior_test_logloss"));
-  EXPECT_EQ(result->metrics.notes.at("train_flights"), "5000");
   EXPECT_EQ(result->metrics.notes.at("test_flights"), "1000");
   EXPECT_EQ(result->metrics.notes.at("embedding").rfind("dynamic, ", 0), 0u)
       << result->metrics.notes.at("embedding");
@@ -110,6 +121,7 @@ TEST(FlightsCtrTrainTest, ToyData_ThreeReplicasPerWorker_Learns) {
   options.batch_size = 50;
   options.devices.kind = DeviceOptions::Kind::kCpu;
   options.devices.replicas = 3;
+  options.validation_fraction = 0;  // every training flight trains
   options.extra = {{"hidden", "8"}};
   auto model = CreateFlightsCtr(options);
   ASSERT_TRUE(model.ok()) << model.status();

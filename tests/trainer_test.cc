@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "coordinator/checkpoint_files.h"
+#include "models/model.h"
 #include "trainer/event_writer.h"
 #include "trainer/trainer.h"
 #include "gmock/gmock.h"
@@ -99,6 +100,7 @@ TEST_F(TrainerTest, StoppedAfterCheckpoint_NextRunResumesAtSavedStep) {
   TrainerOptions options;
   options.checkpoint_dir = dir_ + "/ckpt";
   options.checkpoint_every_steps = 25;
+  options.keep_best = false;  // only the periodic checkpoints
   options.progress.is_tty = false;
   options.evaluate = false;
   options.after_step = [](int64_t step) {
@@ -155,6 +157,125 @@ TEST_F(TrainerTest, CheckpointOfAnotherModelShape_ClearErrorBeforeTraining) {
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(r.status().message(),
               HasSubstr("\"mf/item_embedding\" was saved as [30,4] DT_FLOAT32 but is now [30,6]"));
+}
+
+// movielens_mf as it is, but the metric its validation is watched on follows a crafted curve; its
+// real validation RMSE is recorded at each validation and again when the test evaluation runs, to
+// tell which weights that evaluation saw.
+class CraftedCurveModel : public Model {
+ public:
+  CraftedCurveModel(std::unique_ptr<Model> inner, std::vector<double> curve)
+      : inner_(std::move(inner)), curve_(std::move(curve)) {}
+  std::string name() const override { return inner_->name(); }
+  absl::Status Setup(ClusterCoordinator* c) override { return inner_->Setup(c); }
+  int64_t total_steps() const override { return inner_->total_steps(); }
+  int64_t steps_per_epoch() const override { return inner_->steps_per_epoch(); }
+  int64_t examples_per_step() const override { return inner_->examples_per_step(); }
+  absl::StatusOr<RemoteValue> ScheduleStep(ClusterCoordinator* c, int64_t step) override {
+    return inner_->ScheduleStep(c, step);
+  }
+  bool has_validation() const override { return true; }
+  std::string validation_metric() const override { return "val_crafted"; }
+  absl::StatusOr<ModelMetrics> Validate(ClusterCoordinator* c) override {
+    absl::StatusOr<ModelMetrics> m = inner_->Validate(c);
+    if (!m.ok()) return m.status();
+    real_val_rmse.push_back(m->values.at("val_rmse"));
+    m->values["val_crafted"] = curve_.at(std::min(calls_++, curve_.size() - 1));
+    return m;
+  }
+  absl::StatusOr<ModelMetrics> Evaluate(ClusterCoordinator* c) override {
+    absl::StatusOr<ModelMetrics> v = inner_->Validate(c);
+    if (!v.ok()) return v.status();
+    evaluated_val_rmse = v->values.at("val_rmse");
+    return inner_->Evaluate(c);
+  }
+  std::vector<double> real_val_rmse;
+  double evaluated_val_rmse = -1;
+
+ private:
+  std::unique_ptr<Model> inner_;
+  std::vector<double> curve_;
+  size_t calls_ = 0;
+};
+
+// Validations at step 0 and after each epoch see 1.0, 0.9, 0.8 (the best, after epoch 2), 0.85,
+// 0.86: with patience 2 training stops after epoch 4. The best checkpoint is marked, the test
+// evaluation runs on it (the validation RMSE it sees is the one recorded after epoch 2), and a
+// rerun resumes at the stop and trains no further.
+TEST_F(TrainerTest, EarlyStopping_CraftedCurve_StopsAndEvaluatesTheBestCheckpoint) {
+  const std::vector<double> curve = {1.0, 0.9, 0.8, 0.85, 0.86, 0.7, 0.6};
+  CraftedCurveModel model(SmallModel(csv_, /*epochs=*/8), curve);
+  TrainerOptions options;
+  options.checkpoint_dir = dir_ + "/early";
+  options.early_stopping_patience = 2;
+  options.progress.is_tty = false;
+  absl::StatusOr<TrainResult> r = Train(cluster_->spec(), &model, options);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const int64_t epoch = model.steps_per_epoch();
+  EXPECT_TRUE(r->stopped_early);
+  EXPECT_EQ(r->end_step, 4 * epoch);
+  EXPECT_LT(r->end_step, model.total_steps());
+  EXPECT_EQ(r->validations, 5);
+  EXPECT_EQ(r->monitor, "val_crafted");
+  EXPECT_EQ(r->best_step, 2 * epoch);
+  EXPECT_EQ(r->best_value, 0.8);
+  absl::StatusOr<std::optional<BestMarker>> mark = ReadBestMarker(options.checkpoint_dir);
+  ASSERT_TRUE(mark.ok() && mark->has_value()) << mark.status();
+  EXPECT_EQ((*mark)->step, 2 * epoch);
+  EXPECT_THAT(r->evaluated, HasSubstr(absl::StrCat("(step ", 2 * epoch, ")")));
+  ASSERT_EQ(model.real_val_rmse.size(), 5u);
+  EXPECT_EQ(model.evaluated_val_rmse, model.real_val_rmse[2]);
+  EXPECT_NE(model.evaluated_val_rmse, model.real_val_rmse[4]);
+  EXPECT_EQ(LatestCheckpoint(options.checkpoint_dir)->step, 4 * epoch);
+  EXPECT_THAT(r->ToJson(), HasSubstr("\"stopped_early\":true"));
+
+  CraftedCurveModel again(SmallModel(csv_, /*epochs=*/8), curve);
+  absl::StatusOr<TrainResult> rerun = Train(cluster_->spec(), &again, options);
+  ASSERT_TRUE(rerun.ok()) << rerun.status();
+  EXPECT_TRUE(rerun->stopped_early);
+  EXPECT_EQ(rerun->start_step, 4 * epoch);
+  EXPECT_EQ(rerun->end_step, 4 * epoch);
+  EXPECT_EQ(rerun->examples, 0);
+  EXPECT_EQ(rerun->best_step, 2 * epoch);
+  EXPECT_EQ(again.evaluated_val_rmse, model.real_val_rmse[2]);
+}
+
+// Noisy ratings with no structure beyond the biases: the factors only overfit. The untrained model
+// is the bias baseline (zero user factors, biases warm-started from it), so the best validation,
+// the step-0 one at worst, is never worse than the baseline's, and the test evaluation runs on it.
+TEST_F(TrainerTest, NoisyRatings_BestCheckpointNoWorseThanTheBiasBaseline) {
+  const std::string path = dir_ + "/noisy.csv";
+  {
+    std::ofstream f(path);
+    f << "\"reader\",\"book\",\"score\"\n";  // quoted, as R's write.csv writes them
+    std::mt19937 rng(11);
+    std::normal_distribution<double> noise(0, 2.0);
+    for (int k = 0; k < 3000; ++k) {
+      const int u = static_cast<int>(rng() % 150), i = static_cast<int>(rng() % 400);
+      const double r = 5.5 + (u % 5) * 0.3 - (i % 7) * 0.2 + noise(rng);
+      f << "\"r" << u << "\",\"b" << i << "\"," << std::clamp(std::round(r), 1.0, 10.0) << "\n";
+    }
+  }
+  ModelOptions o;
+  o.data = path;
+  o.epochs = 30;
+  o.batch_size = 32;
+  o.learning_rate = 0.1;
+  o.extra = {{"user_col", "reader"}, {"item_col", "book"}, {"rating_col", "score"}, {"l2", "0"}};
+  auto model = *CreateMatrixFactorization(o);
+  TrainerOptions options;
+  options.checkpoint_dir = dir_ + "/noisy_ckpt";
+  options.progress.is_tty = false;
+  absl::StatusOr<TrainResult> r = Train(cluster_->spec(), model.get(), options);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const auto& v = r->metrics.values;
+  EXPECT_LE(r->best_value, v.at("val_baseline_rmse") + 1e-4);
+  EXPECT_EQ(v.at("val_rmse"), r->best_value);
+  // The final weights overfit (their training RMSE far below the noise) ...
+  EXPECT_LT(r->best_step, r->end_step);
+  // ... and the test evaluation ran on the best, within noise of the baseline, not far above it.
+  EXPECT_THAT(r->evaluated, HasSubstr("best checkpoint"));
+  EXPECT_LT(v.at("test_rmse"), v.at("baseline_test_rmse") + 0.02);
 }
 
 // The coordinator binary (with its own in-process cluster) killed mid-job and started again.

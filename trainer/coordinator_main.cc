@@ -59,6 +59,22 @@ ABSL_FLAG(std::string, lr_schedule, "constant",
           "piecewise:boundaries=B0+B1,scales=S0+S1+S2; "
           "cosine:decay_steps=N[,alpha=A][,warmup_steps=W[,warmup_from=F]] (see README).");
 ABSL_FLAG(int64_t, embedding_dim, 0, "train: embedding width (0: the model's default).");
+ABSL_FLAG(double, validation_fraction, 0.1,
+          "train: the fraction of the training data held out for validation (seeded; 0: none).");
+ABSL_FLAG(std::string, validation_data, "",
+          "train: validate on this file or directory instead (the model's data format).");
+ABSL_FLAG(int64_t, validate_every_steps, 0,
+          "train: validate every N steps (0: every epoch); also at step 0 and at the end.");
+ABSL_FLAG(std::string, early_stopping_metric, "",
+          "train: the validation metric watched for early stopping and the best checkpoint "
+          "(default: the model's, e.g. val_rmse, val_auc; auc and accuracy are maximized).");
+ABSL_FLAG(int, early_stopping_patience, 0,
+          "train: stop after N validations in a row without an improvement (0: never stop early).");
+ABSL_FLAG(double, early_stopping_min_delta, 0,
+          "train: an improvement must beat the best by more than this.");
+ABSL_FLAG(bool, keep_best, true,
+          "train: keep the best validation's checkpoint (marked BEST in --checkpoint_dir) and run "
+          "the final test evaluation on it.");
 ABSL_FLAG(int64_t, seed, 1, "train: seeds the split, the shuffles and the initializers.");
 ABSL_FLAG(std::string, device, "auto",
           "train: where the workers compute: auto (a GPU per replica when the worker has GPUs and a "
@@ -182,6 +198,12 @@ int RunTrainJob(const ClusterSpec& spec) {
                 "must not be negative");
   }
   options.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
+  options.validation_fraction = absl::GetFlag(FLAGS_validation_fraction);
+  options.validation_data = absl::GetFlag(FLAGS_validation_data);
+  if (!(options.validation_fraction >= 0 && options.validation_fraction < 1)) {
+    return Fail(absl::StrCat("--validation_fraction=", options.validation_fraction,
+                             " must be in [0, 1)"));
+  }
   absl::StatusOr<DeviceOptions::Kind> device = ParseDeviceKind(absl::GetFlag(FLAGS_device));
   if (!device.ok()) return Fail(absl::StrCat("--device: ", device.status().message()));
   options.devices.kind = *device;
@@ -219,6 +241,11 @@ int RunTrainJob(const ClusterSpec& spec) {
                              " must be at least 1"));
   }
   trainer.logdir = WithModel(absl::GetFlag(FLAGS_logdir), name);
+  trainer.validate_every_steps = absl::GetFlag(FLAGS_validate_every_steps);
+  trainer.monitor = absl::GetFlag(FLAGS_early_stopping_metric);
+  trainer.early_stopping_patience = absl::GetFlag(FLAGS_early_stopping_patience);
+  trainer.early_stopping_min_delta = absl::GetFlag(FLAGS_early_stopping_min_delta);
+  trainer.keep_best = absl::GetFlag(FLAGS_keep_best);
   absl::StatusOr<TrainResult> result = Train(spec, model->get(), trainer);
   if (!result.ok()) return Fail(std::string(result.status().message()));
   if (result->start_step == result->end_step && !result->restored_from.empty()) {

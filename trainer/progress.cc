@@ -89,6 +89,21 @@ class ProgressReporterImpl : public ProgressReporter {
     EmitLocked(LineLocked(now, start, /*final=*/true), /*final=*/true);
   }
 
+  void Message(const std::string& line) override {
+    absl::MutexLock lock(&mu_);
+    if (is_tty_) {
+      // Over the progress line, padded to hide it; the next Update starts a new one below.
+      std::string text = line;
+      if (text.size() < last_line_size_) text.append(last_line_size_ - text.size(), ' ');
+      last_line_size_ = 0;
+      EmitLocked(text, /*final=*/true);
+      last_line_size_ = 0;
+      printed_ = false;  // draw the progress line again at the next Update
+      return;
+    }
+    EmitLocked(line, /*final=*/false);
+  }
+
  private:
   // The line for the run at `now`, with rates measured from `from`.
   std::string LineLocked(const Point& now, const Point& from, bool final)

@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <ostream>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -67,6 +68,10 @@ class ProgressReporter {
   // Prints the final line (examples/s over the whole run, "done" in place of the ETA) and ends
   // it with a newline. Later calls do nothing.
   virtual void Finish() = 0;
+
+  // Prints `line` on a line of its own (a validation's result, say): on a terminal over the
+  // progress line, which the next Update draws again below it.
+  virtual void Message(const std::string& line) = 0;
 };
 
 }  // namespace pstrain

@@ -9,7 +9,9 @@
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "absl/strings/str_format.h"
 #include "coordinator/checkpoint_manager.h"
+#include "trainer/early_stopping.h"
 #include "trainer/event_writer.h"
 #include "nlohmann/json.hpp"
 
@@ -18,6 +20,8 @@ namespace {
 
 constexpr char kExamplesState[] = "trainer/examples";
 constexpr char kModelState[] = "trainer/model";
+// Set in the checkpoint of a run that stopped early: a rerun resumes there and trains no further.
+constexpr char kStoppedEarlyState[] = "trainer/stopped_early";
 
 }  // namespace
 
@@ -35,6 +39,16 @@ std::string TrainResult::ToJson() const {
   j["examples_per_sec"] = examples_per_sec;
   j["final_loss"] = final_loss;
   for (const auto& [k, v] : metrics.values) j[k] = v;
+  if (!monitor.empty()) {
+    j["validations"] = validations;
+    j["monitor"] = monitor;
+    if (best_step >= 0) {
+      j["best_step"] = best_step;
+      j["best_" + monitor] = best_value;
+    }
+    j["stopped_early"] = stopped_early;
+  }
+  if (!evaluated.empty()) j["evaluated"] = evaluated;
   for (const auto& [k, v] : metrics.notes) j[k] = v;
   for (const auto& [name, t] : tables) {
     j["dynamic_tables"][name] = {{"keys", t.keys()},
@@ -52,10 +66,13 @@ absl::StatusOr<TrainResult> Train(const ClusterSpec& spec, Model* model,
                                   const TrainerOptions& options,
                                   CoordinatorOptions coordinator_options) {
   if (options.checkpoint_every_steps < 0 || options.max_pending_steps < 1 ||
-      options.summary_every_steps < 1 || options.keep_checkpoints < 1) {
+      options.summary_every_steps < 1 || options.keep_checkpoints < 1 ||
+      options.validate_every_steps < 0 || options.early_stopping_patience < 0 ||
+      !(options.early_stopping_min_delta >= 0)) {
     return absl::InvalidArgumentError(
-        "trainer: checkpoint_every_steps must be >= 0, and max_pending_steps, "
-        "summary_every_steps and keep_checkpoints >= 1");
+        "trainer: checkpoint_every_steps, validate_every_steps, early_stopping_patience and "
+        "early_stopping_min_delta must be >= 0, and max_pending_steps, summary_every_steps and "
+        "keep_checkpoints >= 1");
   }
   if (options.restore.empty()) {
     return absl::InvalidArgumentError("trainer: restore must be latest, none or a checkpoint path");
@@ -87,6 +104,18 @@ absl::StatusOr<TrainResult> Train(const ClusterSpec& spec, Model* model,
   result.num_ps = coordinator->ps()->num_ps();
   RETURN_IF_ERROR(model->Setup(coordinator.get()));
   const int64_t total = model->total_steps();
+  const bool validating = model->has_validation();
+  if (!validating && options.early_stopping_patience > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "early stopping needs validation data, and ", model->name(),
+        " has none (validation_fraction is 0 and no validation_data was given)"));
+  }
+  EarlyStoppingOptions watch;
+  watch.monitor = options.monitor.empty() ? model->validation_metric() : options.monitor;
+  watch.patience = options.early_stopping_patience;
+  watch.min_delta = options.early_stopping_min_delta;
+  ASSIGN_OR_RETURN(EarlyStopping watcher, EarlyStopping::Create(watch));
+  if (validating) result.monitor = watch.monitor;
 
   int64_t start = 0;
   int64_t examples_before = 0;
@@ -124,17 +153,29 @@ absl::StatusOr<TrainResult> Train(const ClusterSpec& spec, Model* model,
     it = restored->state.find(kExamplesState);
     if (it != restored->state.end()) (void)absl::SimpleAtoi(it->second, &examples_before);
     result.restored_from = restored->path;
+    watcher.Restore(restored->state);
+    result.stopped_early = restored->state.count(kStoppedEarlyState) > 0;
     LOG(INFO) << "resuming " << model->name() << " at step " << start << " of " << total
-              << " from " << restored->path;
+              << " from " << restored->path
+              << (result.stopped_early ? " (that run stopped early: no more training)" : "");
   }
   result.start_step = start;
+  // The end: the model's, or where a resumed run had stopped early.
+  int64_t end = result.stopped_early ? start : total;
+  if (checkpoints != nullptr) {
+    // A best mark from another run (or another point of this one's past) means nothing now.
+    ASSIGN_OR_RETURN(std::optional<BestMarker> mark, checkpoints->Best());
+    if (mark.has_value() && (!watcher.has_best() || mark->step != watcher.best_step())) {
+      RETURN_IF_ERROR(checkpoints->ClearBest());
+    }
+  }
 
   std::unique_ptr<EventWriter> events;
   if (!options.logdir.empty()) {
     ASSIGN_OR_RETURN(events, EventWriter::Create(options.logdir));
   }
   ProgressOptions progress_options = options.progress;
-  progress_options.total_steps = total;
+  progress_options.total_steps = end;
   progress_options.initial_step = start;
   progress_options.initial_examples = examples_before;
   ASSIGN_OR_RETURN(std::unique_ptr<ProgressReporter> progress,
@@ -144,8 +185,10 @@ absl::StatusOr<TrainResult> Train(const ClusterSpec& spec, Model* model,
   auto save = [&](int64_t step) -> absl::Status {
     if (checkpoints == nullptr) return absl::OkStatus();
     RETURN_IF_ERROR(coordinator->Join());
-    std::map<std::string, std::string> state = {{kExamplesState, absl::StrCat(examples)},
-                                                {kModelState, model->name()}};
+    std::map<std::string, std::string> state = watcher.State();
+    state[kExamplesState] = absl::StrCat(examples);
+    state[kModelState] = model->name();
+    if (result.stopped_early) state[kStoppedEarlyState] = "1";
     return coordinator->RunExclusive([&]() -> absl::Status {
       ASSIGN_OR_RETURN(result.last_checkpoint, checkpoints->Save(step, state));
       return absl::OkStatus();
@@ -206,33 +249,91 @@ absl::StatusOr<TrainResult> Train(const ClusterSpec& spec, Model* model,
     return absl::OkStatus();
   };
 
-  for (int64_t step = start; step < total; ++step) {
+  // Validation at `step` (every scheduled step finished first): scalars, the watcher's verdict, a
+  // new best saved and marked; *stop when patience ran out.
+  const int64_t validate_every =
+      options.validate_every_steps > 0 ? options.validate_every_steps
+                                       : std::max<int64_t>(1, model->steps_per_epoch());
+  int64_t last_validated = -1;
+  ModelMetrics best_metrics;  // the best validation's, if it ran in this run
+  auto validate = [&](int64_t step, bool* stop) -> absl::Status {
+    RETURN_IF_ERROR(collect_all());
+    RETURN_IF_ERROR(coordinator->Join());
+    ASSIGN_OR_RETURN(ModelMetrics m, model->Validate(coordinator.get()));
+    ++result.validations;
+    last_validated = step;
+    auto it = m.values.find(watch.monitor);
+    if (it == m.values.end()) {
+      std::string names;
+      for (const auto& [name, value] : m.values) absl::StrAppend(&names, names.empty() ? "" : ", ", name);
+      return absl::InvalidArgumentError(absl::StrCat("the validation metric '", watch.monitor,
+                                                     "' is not one of ", model->name(), "'s (",
+                                                     names, ")"));
+    }
+    const double value = it->second;
+    if (events != nullptr) {
+      for (const auto& [name, v] : m.values) {
+        RETURN_IF_ERROR(events->WriteScalar(name, step, static_cast<float>(v)));
+      }
+    }
+    const EarlyStopping::Verdict verdict = watcher.Observe(step, value);
+    *stop = verdict.stop;
+    if (verdict.stop) result.stopped_early = true;
+    progress->Message(absl::StrFormat(
+        "validation at step %d: %s %.6g%s", step, watch.monitor, value,
+        verdict.improved ? " (best)"
+                         : absl::StrFormat(" (best %.6g at step %d%s)", watcher.best(),
+                                           watcher.best_step(),
+                                           verdict.stop ? "; stopping early" : "")));
+    if (!verdict.improved) return absl::OkStatus();
+    best_metrics = std::move(m);
+    if (checkpoints == nullptr || !options.keep_best) return absl::OkStatus();
+    RETURN_IF_ERROR(save(step));
+    return checkpoints->MarkBest(result.last_checkpoint,
+                                 absl::StrFormat("%s=%.17g at step %d", watch.monitor, value, step));
+  };
+
+  bool stop = false;
+  if (validating && options.validate_at_start && start == 0 && !restored.has_value()) {
+    RETURN_IF_ERROR(validate(0, &stop));
+  }
+  for (int64_t step = start; step < end && !stop; ++step) {
     ASSIGN_OR_RETURN(RemoteValue value, model->ScheduleStep(coordinator.get(), step));
     pending.emplace_back(step, std::move(value));
     while (!pending.empty() && (static_cast<int64_t>(pending.size()) > options.max_pending_steps ||
                                 pending.front().second.IsReady())) {
       RETURN_IF_ERROR(collect_front());
     }
+    const int64_t done = step + 1;
+    if (validating && done < end && done % validate_every == 0) {
+      RETURN_IF_ERROR(validate(done, &stop));
+      if (stop) end = done;
+    }
     const bool by_steps =
-        options.checkpoint_every_steps > 0 && (step + 1) % options.checkpoint_every_steps == 0;
+        options.checkpoint_every_steps > 0 && done % options.checkpoint_every_steps == 0;
     const bool by_time = options.checkpoint_every > absl::ZeroDuration() &&
                          absl::Now() - last_save >= options.checkpoint_every;
-    if (checkpoints != nullptr && step + 1 < total && (by_steps || by_time)) {
+    if (checkpoints != nullptr && done < end && (by_steps || by_time)) {
       RETURN_IF_ERROR(collect_all());
-      RETURN_IF_ERROR(save(step + 1));
+      RETURN_IF_ERROR(save(done));
       last_save = absl::Now();
     }
   }
   RETURN_IF_ERROR(collect_all());
   RETURN_IF_ERROR(coordinator->Join());
+  const bool trained = start < end;
+  if (validating && trained && last_validated != end) {
+    bool ignored = false;  // the run ends here anyway
+    RETURN_IF_ERROR(validate(end, &ignored));
+  }
   result.train_seconds = absl::ToDoubleSeconds(absl::Now() - train_start);
   if (loss_count > 0) result.final_loss = loss_sum / loss_count;
   progress->Finish();
-  result.end_step = total;
+  result.end_step = end;
   result.examples = examples - examples_before;
   result.examples_per_sec =
       result.train_seconds > 0 ? result.examples / result.train_seconds : 0;
-  if (start < total || !restored.has_value()) RETURN_IF_ERROR(save(total));
+  if (trained || !restored.has_value()) RETURN_IF_ERROR(save(end));
 
   for (const auto& [name, table] : coordinator->variables()->tables()) {
     ASSIGN_OR_RETURN(std::vector<DynamicShardStats> shards, table.Stats());
@@ -248,11 +349,37 @@ absl::StatusOr<TrainResult> Train(const ClusterSpec& spec, Model* model,
       sum.set_dropped_gradients(sum.dropped_gradients() + s.dropped_gradients());
     }
   }
+  // The test evaluation runs on the best validation's checkpoint, where one was kept.
+  result.evaluated = absl::StrCat("final weights (step ", end, ")");
+  if (validating && watcher.has_best()) {
+    result.best_step = watcher.best_step();
+    result.best_value = watcher.best();
+    if (watcher.best_step() == end) {
+      result.evaluated = absl::StrCat("final weights (step ", end, "), the best validation's");
+    } else if (checkpoints == nullptr || !options.keep_best) {
+      result.evaluated =
+          absl::StrCat("final weights (step ", end, "); the best validation was at step ",
+                       watcher.best_step(), ", not kept (",
+                       checkpoints == nullptr ? "no checkpoint_dir" : "keep_best is off", ")");
+    } else {
+      ASSIGN_OR_RETURN(std::optional<BestMarker> mark, checkpoints->Best());
+      if (!mark.has_value() || mark->step != watcher.best_step()) {
+        return absl::DataLossError(absl::StrCat(
+            "the best validation's checkpoint (step ", watcher.best_step(), ") is not marked in ",
+            options.checkpoint_dir, "/", kBestFileName));
+      }
+      ASSIGN_OR_RETURN(RestoredCheckpoint best, checkpoints->Restore(mark->path));
+      result.evaluated = absl::StrCat("best checkpoint ", best.path, " (step ", best.step, ")");
+    }
+    for (const auto& [name, value] : best_metrics.values) result.metrics.values[name] = value;
+  }
   if (options.evaluate) {
-    ASSIGN_OR_RETURN(result.metrics, model->Evaluate(coordinator.get()));
+    ASSIGN_OR_RETURN(ModelMetrics test, model->Evaluate(coordinator.get()));
+    for (auto& [name, value] : test.values) result.metrics.values[name] = value;
+    for (auto& [name, note] : test.notes) result.metrics.notes[name] = note;
     if (events != nullptr) {
-      for (const auto& [name, value] : result.metrics.values) {
-        RETURN_IF_ERROR(events->WriteScalar(name, total, static_cast<float>(value)));
+      for (const auto& [name, value] : test.values) {
+        RETURN_IF_ERROR(events->WriteScalar(name, end, static_cast<float>(value)));
       }
     }
   }

@@ -3,9 +3,17 @@
 // evaluation.
 //
 //   setup (variables, per-worker data) -> restore (latest checkpoint, by default) ->
-//   schedule steps [resumed step, total) with up to max_pending_steps outstanding, collecting
-//   losses in order -> every N steps / T seconds: finish the scheduled steps, save ->
-//   final save -> evaluate -> TrainResult
+//   [validate at step 0] -> schedule steps [resumed step, total) with up to max_pending_steps
+//   outstanding, collecting losses in order -> every N steps / T seconds: finish the scheduled
+//   steps, save -> every epoch (or N steps): finish them, validate; a new best is saved and marked
+//   (BEST), and patience running out stops training early -> final save -> restore the best
+//   checkpoint -> evaluate on the test data -> TrainResult
+//
+// Validation (when the model has validation data, ModelOptions::validation_fraction): the model's
+// val_* metrics, written to TensorBoard as their own scalars; the watched one (the model's
+// validation_metric(), or `monitor`) decides the best checkpoint and early stopping as Keras's
+// ModelCheckpoint(save_best_only) and EarlyStopping(restore_best_weights) do (trainer/
+// early_stopping.h). The final test evaluation runs on the best checkpoint and says which.
 //
 // A checkpoint at step s holds exactly steps [0, s): the trainer waits for every scheduled step
 // before saving, and the saves run while no closure runs (ClusterCoordinator::RunExclusive). A
@@ -57,6 +65,21 @@ struct TrainerOptions {
   ProgressOptions progress;
   // Evaluate at the end. Default true.
   bool evaluate = true;
+  // Validate every this many steps. Default 0: every epoch (Model::steps_per_epoch()). Also at the
+  // end, and, with validate_at_start (default true), at step 0 of a fresh run: the initial model
+  // is then a candidate for the best too (a model whose training only hurts keeps its start).
+  int64_t validate_every_steps = 0;
+  bool validate_at_start = true;
+  // The validation metric watched. Default "": the model's validation_metric().
+  std::string monitor;
+  // Stop after this many validations in a row without an improvement of more than min_delta.
+  // Default 0: never stop early.
+  int early_stopping_patience = 0;
+  double early_stopping_min_delta = 0;
+  // Save each new best validation's checkpoint, mark it (<checkpoint_dir>/BEST, kept whatever
+  // keep_checkpoints says), and evaluate the test data on it at the end. Default true; without a
+  // checkpoint_dir the final weights are evaluated (and the summary says so).
+  bool keep_best = true;
   // Tests only: called after each step is collected; an error stops training with that error.
   std::function<absl::Status(int64_t step)> after_step;
 };
@@ -73,7 +96,16 @@ struct TrainResult {
   double train_seconds = 0;
   double examples_per_sec = 0;
   double final_loss = 0;        // mean loss of the last collected steps
-  ModelMetrics metrics;
+  ModelMetrics metrics;         // the test evaluation's, and the best validation's val_* metrics
+  // Validation: how many ran in this run, the metric watched, the best (its step and value; -1 if
+  // none), whether training stopped early (at end_step), and what the test evaluation ran on:
+  // "best checkpoint <path> (step N)" or "final weights (step N)".
+  int validations = 0;
+  std::string monitor;
+  int64_t best_step = -1;
+  double best_value = 0;
+  bool stopped_early = false;
+  std::string evaluated;
   // Each dynamic table's counters at the end, summed over its shards (keys, admitted, rejected,
   // evicted by TTL and by capacity, erased, bytes).
   std::map<std::string, DynamicShardStats> tables;

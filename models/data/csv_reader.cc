@@ -1,10 +1,6 @@
 #include "models/data/csv_reader.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
 #include <cstring>
 #include <memory>
@@ -16,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "models/data/csv_records.h"
 
 namespace pstrain {
 namespace data {
@@ -42,126 +39,15 @@ CsvColumn CsvColumn::Category(std::string name, std::vector<int32_t>* ids,
 
 namespace {
 
-constexpr size_t kInitialBufferSize = size_t{1} << 22;  // grows for longer lines
-
-// Reads a file in large blocks and hands out its lines. Not thread-safe.
-class LineReader {
- public:
-  explicit LineReader(std::string path) : path_(std::move(path)) {}
-  ~LineReader() {
-    if (fd_ >= 0) close(fd_);
-  }
-  LineReader(const LineReader&) = delete;
-  LineReader& operator=(const LineReader&) = delete;
-
-  absl::Status Open() {
-    fd_ = open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot open ", path_));
-    // Advisory only: the read is correct without it.
-    posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);
-    capacity_ = kInitialBufferSize;
-    buffer_ = std::make_unique<char[]>(capacity_);
-    return absl::OkStatus();
-  }
-
-  // Sets `*line` to the next line, without its "\n" or "\r\n", valid until the next call. Returns
-  // false at the end of the file or on a read error (then status() says which).
-  bool Next(absl::string_view* line) {
-    while (true) {
-      const char* begin = buffer_.get() + begin_;
-      const char* newline =
-          static_cast<const char*>(std::memchr(begin, '\n', end_ - begin_));
-      if (newline != nullptr) {
-        begin_ = newline - buffer_.get() + 1;
-        return Emit(begin, newline, line);
-      }
-      if (eof_) {
-        if (begin_ == end_) return false;
-        const char* end = buffer_.get() + end_;
-        begin_ = end_;
-        return Emit(begin, end, line);
-      }
-      if (!Fill()) return false;
-    }
-  }
-
-  // 1-based number of the line Next() returned last.
-  int64_t line_number() const { return line_number_; }
-  const absl::Status& status() const { return status_; }
-  const std::string& path() const { return path_; }
-
- private:
-  bool Emit(const char* begin, const char* end, absl::string_view* line) {
-    if (end > begin && end[-1] == '\r') --end;
-    *line = absl::string_view(begin, end - begin);
-    ++line_number_;
-    return true;
-  }
-
-  // Moves the unread bytes to the front of the buffer (growing it if they fill it) and reads more.
-  bool Fill() {
-    const size_t unread = end_ - begin_;
-    if (begin_ > 0) {
-      std::memmove(buffer_.get(), buffer_.get() + begin_, unread);
-      begin_ = 0;
-      end_ = unread;
-    }
-    if (end_ == capacity_) {
-      auto bigger = std::make_unique<char[]>(capacity_ * 2);
-      std::memcpy(bigger.get(), buffer_.get(), end_);
-      buffer_ = std::move(bigger);
-      capacity_ *= 2;
-    }
-    while (true) {
-      const ssize_t n = read(fd_, buffer_.get() + end_, capacity_ - end_);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) {
-        status_ = absl::ErrnoToStatus(errno, absl::StrCat("cannot read ", path_));
-        return false;
-      }
-      if (n == 0) eof_ = true;
-      end_ += n;
-      return true;
-    }
-  }
-
-  const std::string path_;
-  int fd_ = -1;
-  std::unique_ptr<char[]> buffer_;
-  size_t capacity_ = 0;
-  size_t begin_ = 0;  // first unread byte
-  size_t end_ = 0;    // one past the last byte read
-  bool eof_ = false;
-  int64_t line_number_ = 0;
-  absl::Status status_;
-};
-
-absl::Status QuotedFieldError(const LineReader& reader, absl::string_view column) {
-  return absl::InvalidArgumentError(
-      absl::StrCat(reader.path(), ":", reader.line_number(), ": column '", column,
-                   "': quoted fields are not supported"));
-}
-
-// Reads the header line into `names`.
-absl::Status ReadHeader(LineReader& reader, char delimiter, std::vector<std::string>* names) {
-  absl::string_view line;
-  if (!reader.Next(&line)) {
-    RETURN_IF_ERROR(reader.status());
+// Reads the header record into `names`.
+absl::Status ReadHeader(CsvRecordReader& reader, std::vector<std::string>* names) {
+  ASSIGN_OR_RETURN(bool any, reader.Next());
+  if (!any) {
     return absl::InvalidArgumentError(
         absl::StrCat(reader.path(), ": empty file, expected a header line"));
   }
-  if (absl::StartsWith(line, "\xEF\xBB\xBF")) line.remove_prefix(3);  // UTF-8 byte order mark
   names->clear();
-  size_t start = 0;
-  while (true) {
-    const size_t end = std::min(line.find(delimiter, start), line.size());
-    names->emplace_back(line.substr(start, end - start));
-    if (!names->back().empty() && names->back()[0] == '"') {
-      return QuotedFieldError(reader, names->back());
-    }
-    if (end == line.size()) break;
-    start = end + 1;
-  }
+  for (absl::string_view f : reader.fields()) names->emplace_back(f);
   return absl::OkStatus();
 }
 
@@ -221,7 +107,7 @@ class CsvColumnAccess {
   }
 
   // Appends the value of `field`; on a bad value returns an error naming the line and column.
-  absl::Status Add(absl::string_view field, const LineReader& reader) {
+  absl::Status Add(absl::string_view field, const CsvRecordReader& reader) {
     const char* begin = field.data();
     const char* end = begin + field.size();
     switch (type_) {
@@ -254,7 +140,7 @@ class CsvColumnAccess {
  private:
   template <typename T>
   absl::Status Parse(const char* begin, const char* end, const char* what,
-                     const LineReader& reader, std::vector<T>* out) {
+                     const CsvRecordReader& reader, std::vector<T>* out) {
     T value;
     const std::from_chars_result result = std::from_chars(begin, end, value);
     if (result.ec == std::errc() && result.ptr == end && begin != end) {
@@ -263,7 +149,7 @@ class CsvColumnAccess {
     }
     const bool range = result.ec == std::errc::result_out_of_range;
     return absl::InvalidArgumentError(absl::StrCat(
-        reader.path(), ":", reader.line_number(), ": column '", *name_, "': '",
+        reader.path(), ":", reader.line(), ": column '", *name_, "': '",
         absl::string_view(begin, end - begin), "' is ", range ? "out of range for " : "not ",
         what));
   }
@@ -281,19 +167,17 @@ class CsvColumnAccess {
 
 absl::StatusOr<std::vector<std::string>> ReadCsvHeader(const std::string& path,
                                                        const CsvOptions& options) {
-  LineReader reader(path);
-  RETURN_IF_ERROR(reader.Open());
-  std::vector<std::string> names;
-  RETURN_IF_ERROR(ReadHeader(reader, options.delimiter, &names));
-  return names;
+  return ReadCsvHeaderRecord(path, options.delimiter);
 }
 
 absl::StatusOr<int64_t> ReadCsv(const std::string& path, absl::Span<const CsvColumn> columns,
                                 const CsvOptions& options) {
-  LineReader reader(path);
-  RETURN_IF_ERROR(reader.Open());
+  CsvRecordOptions record_options;
+  record_options.delimiter = options.delimiter;
+  ASSIGN_OR_RETURN(std::unique_ptr<CsvRecordReader> reader,
+                   CsvRecordReader::Open(path, record_options));
   std::vector<std::string> header;
-  RETURN_IF_ERROR(ReadHeader(reader, options.delimiter, &header));
+  RETURN_IF_ERROR(ReadHeader(*reader, &header));
 
   // sink_of_field[i]: index into `sinks` of the column read from field i, or -1.
   std::vector<CsvColumnAccess> sinks;
@@ -324,35 +208,23 @@ absl::StatusOr<int64_t> ReadCsv(const std::string& path, absl::Span<const CsvCol
     sinks.push_back(std::move(sink));
   }
 
-  const char delimiter = options.delimiter;
   const size_t num_fields = header.size();
   int64_t rows = 0;
-  absl::string_view line;
-  while ((options.max_rows < 0 || rows < options.max_rows) && reader.Next(&line)) {
-    if (line.empty()) continue;
-    const char* p = line.data();
-    const char* const end = p + line.size();
-    size_t field = 0;
-    while (true) {
-      const char* next = static_cast<const char*>(std::memchr(p, delimiter, end - p));
-      if (next == nullptr) next = end;
-      if (p != next && *p == '"') {
-        return QuotedFieldError(reader, field < num_fields ? header[field] : "(extra)");
-      }
-      if (field < num_fields && sink_of_field[field] >= 0) {
-        RETURN_IF_ERROR(sinks[sink_of_field[field]].Add(absl::string_view(p, next - p), reader));
-      }
-      ++field;
-      if (next == end) break;
-      p = next + 1;
-    }
-    if (field != num_fields) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ":", reader.line_number(), ": ", field,
+  while (options.max_rows < 0 || rows < options.max_rows) {
+    ASSIGN_OR_RETURN(bool any, reader->Next());
+    if (!any) break;
+    if (reader->fields().size() != num_fields) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ":", reader->line(), ": ",
+                                                     reader->fields().size(),
                                                      " fields, the header has ", num_fields));
+    }
+    for (size_t field = 0; field < num_fields; ++field) {
+      if (sink_of_field[field] >= 0) {
+        RETURN_IF_ERROR(sinks[sink_of_field[field]].Add(reader->field(field), *reader));
+      }
     }
     ++rows;
   }
-  RETURN_IF_ERROR(reader.status());
   return rows;
 }
 

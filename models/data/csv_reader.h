@@ -7,12 +7,9 @@
 //                                                        CsvColumn::String("origin", &origin)}));
 //
 // Columns are picked by their header name, in any order; the other columns are skipped. The file is
-// read once, in blocks, and numbers are parsed with std::from_chars (the 3M-row flights file, five
-// columns, reads in about a second with -c opt).
-//
-// The format is plain comma-separated values, as tools/fetch_data.sh writes them: no quoting (a field
-// that starts with '"' is an error), no whitespace trimming, "\n" or "\r\n" line ends, blank lines
-// skipped, the last line with or without its "\n". Every record must have as many fields as the header.
+// streamed once (models/data/csv_records.h: plain or gzip, RFC 4180 quoting), and numbers are parsed
+// with std::from_chars (the 3M-row flights file, five columns, reads in about a second with -c opt).
+// Every record must have as many fields as the header.
 //
 // Stateless functions: safe to call from several threads at once (on different output vectors).
 #ifndef PSTRAIN_MODELS_DATA_CSV_READER_H_
@@ -77,7 +74,7 @@ struct CsvOptions {
 
 // The column names in the header line of `path`.
 // Errors: kNotFound (no such file), other errno-derived codes for I/O failures, kInvalidArgument
-// (empty file, quoted header field). Messages name the file.
+// (empty file). Messages name the file.
 absl::StatusOr<std::vector<std::string>> ReadCsvHeader(const std::string& path,
                                                        const CsvOptions& options = {});
 
@@ -87,7 +84,7 @@ absl::StatusOr<std::vector<std::string>> ReadCsvHeader(const std::string& path,
 //   kNotFound: no such file (other I/O failures: the errno's code).
 //   kInvalidArgument: a column not in the header (the message lists the header's columns), a
 //     column asked for twice, one the header names twice, a null output vector, an empty file, a record with the wrong
-//     number of fields, a quoted field, or a value that does not parse as the column's type. The
+//     number of fields, a badly quoted field, or a value that does not parse as the column's type. The
 //     message names the file, the line number (1 = the header) and the column.
 absl::StatusOr<int64_t> ReadCsv(const std::string& path, absl::Span<const CsvColumn> columns,
                                 const CsvOptions& options = {});

@@ -247,12 +247,27 @@ TEST(ReadCsvErrorTest, ReadCsv_TooManyFields_NamesLine) {
                        HasSubstr(":2: 3 fields, the header has 2")));
 }
 
-TEST(ReadCsvErrorTest, ReadCsv_QuotedField_Unsupported) {
-  const std::string path = WriteFile("quoted.csv", "id,title\n1,\"Heat, 1995\"\n");
+TEST(ReadCsvTest, ReadCsv_QuotedFieldsAsRWritesThem_Unquoted) {
+  const std::string path = WriteFile(
+      "quoted.csv", "\"id\",\"title\",\"rating\"\n1,\"Heat, 1995\",\"4.5\"\n2,\"The \"\"Best\"\"\",3\n");
+  std::vector<int32_t> id;
+  std::vector<std::string> title;
+  std::vector<float> rating;
+  absl::StatusOr<int64_t> rows =
+      ReadCsv(path, {CsvColumn::Int32("id", &id), CsvColumn::String("title", &title),
+                     CsvColumn::Float("rating", &rating)});
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_THAT(id, ElementsAre(1, 2));
+  EXPECT_THAT(title, ElementsAre("Heat, 1995", "The \"Best\""));
+  EXPECT_THAT(rating, ElementsAre(4.5f, 3.0f));
+}
+
+TEST(ReadCsvErrorTest, ReadCsv_UnclosedQuote_NamesTheLine) {
+  const std::string path = WriteFile("unclosed.csv", "id,title\n1,x\n2,\"Heat\n");
   std::vector<int32_t> id;
   EXPECT_THAT(ReadCsv(path, {CsvColumn::Int32("id", &id)}),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr(":2: column 'title': quoted fields are not supported")));
+                       HasSubstr("unclosed.csv:3: field 2: a quoted field is not closed")));
 }
 
 TEST(ReadCsvErrorTest, ReadCsv_ColumnAskedForTwice_InvalidArgument) {
