@@ -353,7 +353,8 @@ absl::StatusOr<float> Transformer::Label(absl::Span<const absl::string_view> fie
 
 bool Transformer::IsTestByColumn(absl::Span<const absl::string_view> fields,
                                  const ColumnMap& columns) const {
-  return columns.split >= 0 && fields[columns.split] >= spec_.split.test_at_least;
+  return columns.split >= 0 && static_cast<size_t>(columns.split) < fields.size() &&
+         fields[columns.split] >= spec_.split.test_at_least;
 }
 
 absl::StatusOr<uint64_t> Transformer::RawValue(int f, absl::string_view field) const {

@@ -133,7 +133,8 @@ class Transformer {
   // label).
   absl::StatusOr<float> Label(absl::Span<const absl::string_view> fields,
                               const ColumnMap& columns) const;
-  // Whether the record belongs to the test split by the spec's test column (false without one).
+  // Whether the record belongs to the test split by the spec's test column (false without one, or
+  // when the record is too short to have it).
   bool IsTestByColumn(absl::Span<const absl::string_view> fields, const ColumnMap& columns) const;
 
   // Fills `out` (layout()'s sizes) from `fields`. `training`: the row trains (unknown_fraction

@@ -1,0 +1,203 @@
+#include "models/tabular/example_stream.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "partitioners/key_routing.h"
+
+namespace pstrain {
+namespace tabular {
+namespace {
+
+constexpr uint64_t kRowSalt = 0x20a5a17000000003ull;  // the unknown_fraction draws
+
+}  // namespace
+
+void Batch::Resize(int64_t rows, const ExampleLayout& layout) {
+  n = rows;
+  keys.resize(rows * layout.num_slots);
+  dense.resize(rows * layout.num_dense);
+  labels.resize(rows);
+}
+
+ExampleRef Batch::At(int64_t i, const ExampleLayout& layout) {
+  return ExampleRef{keys.data() + i * layout.num_slots, dense.data() + i * layout.num_dense,
+                    labels.data() + i};
+}
+
+DataContext::DataContext(const Spec& spec, const DataPlan& plan, Options options)
+    : spec_(spec), plan_(plan), options_(options), transformer_(spec, plan.stats, options.seed) {
+  for (const FileInfo& f : plan.files) validation_files_ |= f.role == FileRole::kValidation;
+}
+
+absl::StatusOr<ColumnMap> DataContext::Columns(int file) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = columns_.find(file);
+    if (it != columns_.end()) return it->second;
+  }
+  if (file < 0 || file >= static_cast<int>(plan_.files.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("no data file ", file));
+  }
+  const std::string& path = plan_.files[file].path;
+  ASSIGN_OR_RETURN(std::vector<std::string> header,
+                   data::ReadCsvHeaderRecord(path, spec_.delimiter));
+  ASSIGN_OR_RETURN(ColumnMap columns, transformer_.MapColumns(header, path));
+  absl::MutexLock lock(&mu_);
+  columns_[file] = columns;
+  return columns;
+}
+
+absl::StatusOr<std::unique_ptr<RangeReader>> RangeReader::Open(DataContext* context,
+                                                               const Range& range, Split split) {
+  std::unique_ptr<RangeReader> r(new RangeReader(context, range, split));
+  ASSIGN_OR_RETURN(r->columns_, context->Columns(range.file));
+  data::CsvRecordOptions o;
+  o.delimiter = context->spec().delimiter;
+  o.begin = range.begin;
+  o.end = range.end;
+  o.first_line = range.first_line;
+  ASSIGN_OR_RETURN(r->reader_,
+                   data::CsvRecordReader::Open(context->plan().files[range.file].path, o));
+  return r;
+}
+
+absl::StatusOr<bool> RangeReader::Next(ExampleRef out) {
+  const FileInfo& file = context_->plan().files[range_.file];
+  const DataContext::Options& o = context_->options();
+  while (true) {
+    ASSIGN_OR_RETURN(bool any, reader_->Next());
+    if (!any) return false;
+    const std::vector<absl::string_view>& fields = reader_->fields();
+    // The split first (as the scan decides it, also for a malformed row), so that each bad row is
+    // met, and counted, by the readers of one split only.
+    const int64_t line = reader_->line();
+    const Split split = SplitOf(context_->spec(), context_->transformer(), file, fields, columns_,
+                                line, o.validation_fraction, context_->validation_files(), o.seed);
+    if (split != split_) continue;
+    absl::Status row;
+    if (fields.size() != columns_.num_fields) {
+      row = absl::InvalidArgumentError(
+          absl::StrCat(fields.size(), " fields, the header has ", columns_.num_fields));
+    } else {
+      row = context_->transformer().Transform(fields, columns_, split == Split::kTrain,
+                                              RowHash(o.seed, kRowSalt, file.index, line), out);
+      if (row.ok()) return true;
+    }
+    if (!o.skip_bad_rows) {
+      return absl::InvalidArgumentError(absl::StrCat(reader_->Where(), ": ", row.message()));
+    }
+    context_->CountBadRow();
+  }
+}
+
+TrainStream::TrainStream(DataContext* context, std::vector<Range> share, Options options)
+    : context_(context),
+      share_(std::move(share)),
+      options_(options),
+      layout_(context->transformer().layout()) {
+  capacity_ = std::max<int64_t>(1, options_.shuffle_buffer);
+}
+
+int64_t TrainStream::BufferBytes() const {
+  return capacity_ * (8 * layout_.num_slots + 4 * layout_.num_dense + 4);
+}
+
+int64_t TrainStream::epoch() const {
+  absl::MutexLock lock(&mu_);
+  return epoch_;
+}
+
+ExampleRef TrainStream::Slot(int64_t slot) {
+  return ExampleRef{keys_.data() + slot * layout_.num_slots,
+                    dense_.data() + slot * layout_.num_dense, labels_.data() + slot};
+}
+
+void TrainStream::StartEpoch() {
+  rng_.seed(MixKey(static_cast<int64_t>(context_->options().seed)) ^
+            MixKey(options_.worker * 7919 + 1) ^ MixKey(epoch_ + 104729));
+  order_.resize(share_.size());
+  for (size_t i = 0; i < order_.size(); ++i) order_[i] = i;
+  std::shuffle(order_.begin(), order_.end(), rng_);
+  next_range_ = 0;
+  open_.clear();
+  turn_ = 0;
+  input_done_ = false;
+  read_this_epoch_ = 0;
+}
+
+absl::StatusOr<bool> TrainStream::ReadInto(int64_t slot) {
+  const size_t cycle = static_cast<size_t>(std::max(1, options_.interleave));
+  while (true) {
+    while (open_.size() < cycle && next_range_ < order_.size()) {
+      ASSIGN_OR_RETURN(std::unique_ptr<RangeReader> r,
+                       RangeReader::Open(context_, share_[order_[next_range_++]], Split::kTrain));
+      open_.push_back(std::move(r));
+    }
+    if (open_.empty()) return false;
+    const size_t at = turn_ % open_.size();
+    ASSIGN_OR_RETURN(bool got, open_[at]->Next(Slot(slot)));
+    if (got) {
+      ++turn_;
+      ++read_this_epoch_;
+      return true;
+    }
+    open_.erase(open_.begin() + static_cast<std::ptrdiff_t>(at));
+  }
+}
+
+absl::Status TrainStream::Next(int64_t step, int64_t n, Batch* out) {
+  absl::MutexLock lock(&mu_);
+  if (!started_) {
+    started_ = true;
+    epoch_ = std::max<int64_t>(0, step) / std::max<int64_t>(1, options_.steps_per_epoch);
+    keys_.resize(capacity_ * layout_.num_slots);
+    dense_.resize(capacity_ * layout_.num_dense);
+    labels_.resize(capacity_);
+    StartEpoch();
+  }
+  out->Resize(n, layout_);
+  const size_t slot_bytes = sizeof(int64_t) * layout_.num_slots;
+  const size_t dense_bytes = sizeof(float) * layout_.num_dense;
+  for (int64_t i = 0; i < n;) {
+    while (size_ < capacity_ && !input_done_) {
+      ASSIGN_OR_RETURN(bool got, ReadInto(size_));
+      if (got) {
+        ++size_;
+      } else {
+        input_done_ = true;
+      }
+    }
+    if (size_ == 0) {
+      // The epoch's rows are all out: the next pass.
+      if (read_this_epoch_ == 0) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "worker ", options_.worker, ": its share of the data has no training rows"));
+      }
+      ++epoch_;
+      StartEpoch();
+      continue;
+    }
+    const int64_t j = static_cast<int64_t>(rng_() % static_cast<uint64_t>(size_));
+    ExampleRef dst = out->At(i, layout_);
+    ExampleRef src = Slot(j);
+    std::memcpy(dst.keys, src.keys, slot_bytes);
+    std::memcpy(dst.dense, src.dense, dense_bytes);
+    *dst.label = *src.label;
+    const int64_t last = size_ - 1;
+    if (j != last) {
+      ExampleRef tail = Slot(last);
+      std::memcpy(src.keys, tail.keys, slot_bytes);
+      std::memcpy(src.dense, tail.dense, dense_bytes);
+      *src.label = *tail.label;
+    }
+    --size_;
+    ++i;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tabular
+}  // namespace pstrain

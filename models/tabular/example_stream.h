@@ -1,0 +1,151 @@
+// The tabular model's rows as examples, streamed: a worker never holds its data, only
+//
+//   - a shuffle buffer of `shuffle_buffer` examples (tf.data's shuffle: a batch draws uniformly
+//     from the buffer, each draw replaced by the next row read), and
+//   - `interleave` open range readers (tf.data's interleave: the next row comes from each open
+//     range in turn; a range that ends is replaced by the next in this epoch's order, a seeded
+//     permutation of the worker's ranges), each with a CSV buffer of >= 1 MiB.
+//
+// So a worker's memory for data is about shuffle_buffer * (8 * slots + 4 * dense inputs + 4)
+// bytes plus interleave MiB, whatever the data's size (the README's "Data larger than memory").
+//
+// One epoch of a worker is one pass over its share (data_plan.h); the first Next() starts at the
+// epoch the step it is asked for falls in (a worker that starts or restarts mid-job begins that
+// epoch's pass over its share afresh: at-least-once closures, not exactly-once examples).
+#ifndef PSTRAIN_MODELS_TABULAR_EXAMPLE_STREAM_H_
+#define PSTRAIN_MODELS_TABULAR_EXAMPLE_STREAM_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "models/data/csv_records.h"
+#include "models/tabular/data_plan.h"
+#include "models/tabular/transforms.h"
+
+namespace pstrain {
+namespace tabular {
+
+// Examples in the layout's arrays.
+struct Batch {
+  int64_t n = 0;
+  std::vector<int64_t> keys;   // n * num_slots
+  std::vector<float> dense;    // n * num_dense
+  std::vector<float> labels;   // n
+  void Resize(int64_t rows, const ExampleLayout& layout);
+  ExampleRef At(int64_t i, const ExampleLayout& layout);
+};
+
+// How the readers of one job see its data: the plan, the transformer, and each file's columns
+// (read from its header once, then cached). Thread-safe.
+class DataContext {
+ public:
+  struct Options {
+    uint64_t seed = 1;
+    double validation_fraction = 0.1;
+    bool skip_bad_rows = false;
+  };
+  // `spec`, `plan` must outlive the context.
+  DataContext(const Spec& spec, const DataPlan& plan, Options options);
+
+  const Spec& spec() const { return spec_; }
+  const DataPlan& plan() const { return plan_; }
+  const Transformer& transformer() const { return transformer_; }
+  const Options& options() const { return options_; }
+  bool validation_files() const { return validation_files_; }
+  // The columns of file `file`. Errors: the header's (MapColumns), I/O.
+  absl::StatusOr<ColumnMap> Columns(int file);
+
+  // Rows skipped as bad so far, by every reader of this context.
+  int64_t bad_rows() const { return bad_rows_.load(); }
+  void CountBadRow() { bad_rows_.fetch_add(1); }
+
+ private:
+  const Spec& spec_;
+  const DataPlan& plan_;
+  const Options options_;
+  const Transformer transformer_;
+  bool validation_files_ = false;
+  std::atomic<int64_t> bad_rows_{0};
+  absl::Mutex mu_;
+  std::map<int, ColumnMap> columns_ ABSL_GUARDED_BY(mu_);
+};
+
+// The rows of one split in one range, as examples. Not thread-safe.
+class RangeReader {
+ public:
+  static absl::StatusOr<std::unique_ptr<RangeReader>> Open(DataContext* context,
+                                                           const Range& range, Split split);
+  // The next row of the split into `out`; false at the range's end. Errors: a bad row ("file:line:
+  // what") unless the context skips them; I/O.
+  absl::StatusOr<bool> Next(ExampleRef out);
+
+ private:
+  RangeReader(DataContext* context, const Range& range, Split split)
+      : context_(context), range_(range), split_(split) {}
+  DataContext* const context_;
+  const Range range_;
+  const Split split_;
+  ColumnMap columns_;
+  std::unique_ptr<data::CsvRecordReader> reader_;
+};
+
+// A worker's training examples, its share read in shuffled, interleaved ranges. Thread-safe.
+class TrainStream {
+ public:
+  struct Options {
+    int worker = 0;
+    int64_t steps_per_epoch = 1;  // of the whole job (for the epoch a first step falls in)
+    int64_t shuffle_buffer = 65536;
+    int interleave = 8;
+  };
+  TrainStream(DataContext* context, std::vector<Range> share, Options options);
+
+  // The next `n` examples. `step`: the job's step asking (the first call picks the epoch).
+  // Errors: RangeReader's; kFailedPrecondition when the share has no training rows.
+  absl::Status Next(int64_t step, int64_t n, Batch* out);
+
+  int64_t epoch() const;
+
+  // Bytes the shuffle buffer holds at most.
+  int64_t BufferBytes() const;
+
+ private:
+  void StartEpoch() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reads one training example into buffer slot `slot`; false when the epoch's rows are done.
+  absl::StatusOr<bool> ReadInto(int64_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  ExampleRef Slot(int64_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  DataContext* const context_;
+  const std::vector<Range> share_;
+  const Options options_;
+  const ExampleLayout& layout_;
+  int64_t capacity_ = 0;
+
+  mutable absl::Mutex mu_;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
+  std::vector<size_t> order_ ABSL_GUARDED_BY(mu_);  // this epoch's ranges
+  size_t next_range_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::unique_ptr<RangeReader>> open_ ABSL_GUARDED_BY(mu_);
+  size_t turn_ ABSL_GUARDED_BY(mu_) = 0;
+  bool input_done_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t read_this_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  // The shuffle buffer: `size_` examples.
+  std::vector<int64_t> keys_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> dense_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> labels_ ABSL_GUARDED_BY(mu_);
+  int64_t size_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace tabular
+}  // namespace pstrain
+
+#endif  // PSTRAIN_MODELS_TABULAR_EXAMPLE_STREAM_H_
