@@ -6,6 +6,7 @@
 #include "models/fashion_mnist_mlp.h"
 #include "models/flights_ctr.h"
 #include "models/movielens_mf.h"
+#include "models/tabular/tabular_model.h"
 
 namespace pstrain {
 
@@ -13,6 +14,7 @@ absl::Status RegisterModelClosures(ClosureRegistry* registry) {
   RETURN_IF_ERROR(RegisterMatrixFactorization(registry));
   RETURN_IF_ERROR(RegisterFashionMnistMlp(registry));
   RETURN_IF_ERROR(RegisterFlightsCtr(registry));
+  RETURN_IF_ERROR(RegisterTabular(registry));
   return absl::OkStatus();
 }
 
@@ -24,7 +26,7 @@ absl::StatusOr<std::shared_ptr<const ClosureRegistry>> TrainingRegistry() {
 }
 
 std::vector<std::string> ModelNames() {
-  return {kMatrixFactorizationModel, kFashionMnistMlpModel, kFlightsCtrModel};
+  return {kMatrixFactorizationModel, kFashionMnistMlpModel, kFlightsCtrModel, kTabularModel};
 }
 
 absl::StatusOr<std::unique_ptr<Model>> CreateModel(const std::string& name,
@@ -32,6 +34,7 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(const std::string& name,
   if (name == kMatrixFactorizationModel) return CreateMatrixFactorization(options);
   if (name == kFashionMnistMlpModel) return CreateFashionMnistMlp(options);
   if (name == kFlightsCtrModel) return CreateFlightsCtr(options);
+  if (name == kTabularModel) return CreateTabular(options);
   return absl::InvalidArgumentError(absl::StrCat("unknown model \"", name, "\" (models: ",
                                                  absl::StrJoin(ModelNames(), ", "), ")"));
 }

@@ -46,7 +46,7 @@ ABSL_FLAG(std::string, job, "train",
           "The job to run: train (--model), sum (a closure-throughput check), or health (only the "
           "health check).");
 ABSL_FLAG(std::string, model, "movielens_mf",
-          "train: the model (movielens_mf, flights_ctr, fashion_mnist_mlp).");
+          "train: the model (movielens_mf, flights_ctr, fashion_mnist_mlp, tabular).");
 ABSL_FLAG(std::string, data, "", "train: the model's data file or directory (default: its files "
           "under data/, made by tools/fetch_data.sh).");
 ABSL_FLAG(int, epochs, 0, "train: passes over the data (0: the model's default).");
@@ -85,6 +85,11 @@ ABSL_FLAG(int, replicas, 0,
 ABSL_FLAG(std::string, user_col, "", "movielens_mf: the user column (default userId).");
 ABSL_FLAG(std::string, item_col, "", "movielens_mf: the item column (default movieId).");
 ABSL_FLAG(std::string, rating_col, "", "movielens_mf: the rating column (default rating).");
+ABSL_FLAG(std::string, feature_spec, "",
+          "tabular: the JSON feature spec (label, features, split, model; see README).");
+ABSL_FLAG(std::string, bad_rows, "",
+          "tabular: error (default: the first bad row stops the job, naming its file, line and "
+          "column) or skip (such rows are skipped and counted in the summary).");
 ABSL_FLAG(std::vector<std::string>, model_opt, {},
           "train: more model options as key=value,key=value (each model lists its own).");
 ABSL_FLAG(std::string, checkpoint_dir, "runs/{model}/checkpoints",
@@ -217,6 +222,10 @@ int RunTrainJob(const ClusterSpec& spec) {
                                                                : absl::GetFlag(FLAGS_rating_col);
     if (!value.empty()) options.extra[col] = value;
   }
+  if (!absl::GetFlag(FLAGS_feature_spec).empty()) {
+    options.extra["feature_spec"] = absl::GetFlag(FLAGS_feature_spec);
+  }
+  if (!absl::GetFlag(FLAGS_bad_rows).empty()) options.extra["bad_rows"] = absl::GetFlag(FLAGS_bad_rows);
   for (const std::string& kv : absl::GetFlag(FLAGS_model_opt)) {
     const size_t eq = kv.find('=');
     if (eq == std::string::npos || eq == 0) {

@@ -19,6 +19,7 @@ namespace {
 
 constexpr size_t kInitialBufferSize = size_t{1} << 20;  // grows for longer records
 constexpr size_t kGzipInputSize = size_t{1} << 18;
+constexpr int64_t kTailBytes = int64_t{16} << 10;  // a range's reads past its end
 
 }  // namespace
 
@@ -66,6 +67,12 @@ absl::Status CsvRecordReader::Start() {
   const ssize_t got = pread(fd_, magic, 2, 0);
   if (got < 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot read ", path_));
   capacity_ = kInitialBufferSize;
+  if (options_.end >= 0) {
+    // A small range needs no more than itself and its last record's tail.
+    capacity_ = static_cast<size_t>(std::clamp<int64_t>(options_.end - options_.begin + kTailBytes,
+                                                        int64_t{64} << 10,
+                                                        static_cast<int64_t>(kInitialBufferSize)));
+  }
   buffer_ = std::make_unique<char[]>(capacity_);
   next_line_ = options_.first_line;
   if (got == 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
@@ -160,7 +167,12 @@ absl::StatusOr<bool> CsvRecordReader::Fill() {
     buffer_ = std::move(bigger);
     capacity_ *= 2;
   }
-  ASSIGN_OR_RETURN(int64_t n, ReadFile(buffer_.get() + end_, static_cast<int64_t>(capacity_ - end_)));
+  int64_t want = static_cast<int64_t>(capacity_ - end_);
+  if (options_.end >= 0 && gzip_ == nullptr) {
+    // A range: read up to its end, then only what its last record may still need.
+    want = std::min(want, std::max(kTailBytes, options_.end - (base_ + static_cast<int64_t>(end_))));
+  }
+  ASSIGN_OR_RETURN(int64_t n, ReadFile(buffer_.get() + end_, want));
   if (n == 0) {
     eof_ = true;
     return false;

@@ -1,6 +1,7 @@
 // Reads a CSV file record by record, streaming: plain or gzip-compressed (recognized by its first
 // two bytes, 1f 8b; concatenated gzip members are read in turn), in blocks, with memory bounded by
-// the longest record (the buffer starts at 1 MiB and grows only for a longer one).
+// the longest record (the buffer starts at 1 MiB, or a small range's size, and grows only for a
+// longer record). A range of a plain file reads no more than 16 KiB past its end.
 //
 // The format is RFC 4180's, as spreadsheets and R's write.csv and Python's csv module write it:
 //   - fields separated by the delimiter (default ','), records by "\n" or "\r\n"; the last record

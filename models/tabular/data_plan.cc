@@ -20,12 +20,16 @@ namespace {
 
 constexpr uint64_t kTestSalt = 0x7e57000000000001ull;
 constexpr uint64_t kValidationSalt = 0x7a11da7e00000002ull;
-constexpr int64_t kUnitBytes = int64_t{4} << 20;   // evaluation units and training chunks
+constexpr int64_t kUnitBytes = int64_t{4} << 20;   // evaluation units
+// Training chunks: small, so that a worker interleaving many of them reads from many places of its
+// share at once (a file sorted by time still gives each batch rows from all over its periods).
+constexpr int64_t kTrainChunkBytes = int64_t{64} << 10;
 constexpr int64_t kMarkGap = int64_t{64} << 10;    // a row mark about this often (large files)
 constexpr size_t kReservoir = 100000;              // quantile samples per feature
 constexpr size_t kMaxVocabulary = 1000000;         // unknown_fraction features
 constexpr size_t kMaxClasses = 10000;
 constexpr size_t kBadRowExamples = 5;
+constexpr int kPiecesPerWorker = 8;  // a file cut by row ranges: pieces per worker
 
 bool IsRegularFile(const std::string& path) {
   struct stat st;
@@ -58,8 +62,10 @@ Range RangeOf(const FileInfo& file, int fi, size_t a, size_t b) {
   return r;
 }
 
-// Marks [a, b) of `file` as ranges of <= kUnitBytes (a gzip file's as one range).
-void Chunks(const FileInfo& file, int fi, size_t a, size_t b, std::vector<Range>* out) {
+// Marks [a, b) of `file` as ranges of <= `bytes` (a gzip file's as one range: it can't be entered
+// in the middle without decompressing what comes before).
+void Chunks(const FileInfo& file, int fi, size_t a, size_t b, int64_t bytes,
+            std::vector<Range>* out) {
   if (a >= b) return;
   if (file.gzip) {
     out->push_back(RangeOf(file, fi, a, b));
@@ -67,7 +73,7 @@ void Chunks(const FileInfo& file, int fi, size_t a, size_t b, std::vector<Range>
   }
   size_t start = a;
   for (size_t m = a + 1; m < b; ++m) {
-    if (file.marks[m].offset - file.marks[start].offset >= kUnitBytes) {
+    if (file.marks[m].offset - file.marks[start].offset >= bytes) {
       out->push_back(RangeOf(file, fi, start, m));
       start = m;
     }
@@ -153,7 +159,7 @@ std::vector<Range> DataPlan::EvalUnits(Split split) const {
     } else if (split == Split::kTest) {
       holds = f.role == FileRole::kTest || (f.role == FileRole::kData && !test_files);
     }
-    if (holds) Chunks(f, static_cast<int>(i), 0, f.marks.size(), &out);
+    if (holds) Chunks(f, static_cast<int>(i), 0, f.marks.size(), kUnitBytes, &out);
   }
   return out;
 }
@@ -493,25 +499,30 @@ absl::StatusOr<DataPlan> Scan(const Spec& spec, const ScanOptions& options) {
   if (static_cast<int>(data_files.size()) >= w) {
     for (size_t k = 0; k < data_files.size(); ++k) {
       const FileInfo& f = plan.files[data_files[k]];
-      Chunks(f, data_files[k], 0, f.marks.size(), &plan.shares[k % w]);
+      Chunks(f, data_files[k], 0, f.marks.size(), kTrainChunkBytes, &plan.shares[k % w]);
     }
   } else {
+    // Each file in kPiecesPerWorker * w contiguous pieces of about equal training rows (cut at
+    // marks), dealt round-robin: every worker gets the same number of training rows (to a mark's
+    // worth), spread over the whole file (a file sorted by time gives each worker every period).
     for (int fi : data_files) {
       const FileInfo& f = plan.files[fi];
-      // Range k starts at the last mark at or before row rows * k / w.
-      std::vector<size_t> starts;
-      for (int k = 0; k <= w; ++k) {
-        if (k == w) {
-          starts.push_back(f.marks.size());
-          break;
-        }
-        const int64_t row = f.rows * k / w;
-        size_t m = std::upper_bound(f.marks.begin(), f.marks.end(), row,
-                                    [](int64_t r, const RowMark& mk) { return r < mk.row; }) -
-                   f.marks.begin();
-        starts.push_back(m == 0 ? 0 : m - 1);
+      const int pieces = kPiecesPerWorker * w;
+      std::vector<size_t> starts = {0};
+      for (int k = 1; k < pieces; ++k) {
+        const int64_t target = f.train_rows * k / pieces;
+        // The first mark with at least `target` training rows before it.
+        const size_t m = std::lower_bound(f.marks.begin(), f.marks.end(), target,
+                                          [](const RowMark& mk, int64_t t) {
+                                            return mk.train_before < t;
+                                          }) -
+                         f.marks.begin();
+        starts.push_back(std::max(m, starts.back()));
       }
-      for (int k = 0; k < w; ++k) Chunks(f, fi, starts[k], starts[k + 1], &plan.shares[k]);
+      starts.push_back(f.marks.size());
+      for (int k = 0; k < pieces; ++k) {
+        Chunks(f, fi, starts[k], starts[k + 1], kTrainChunkBytes, &plan.shares[k % w]);
+      }
     }
   }
   for (int k = 0; k < w; ++k) {
@@ -523,7 +534,8 @@ absl::StatusOr<DataPlan> Scan(const Spec& spec, const ScanOptions& options) {
                                       "it reads all the data files"));
     plan.shares[k].clear();
     for (int fi : data_files) {
-      Chunks(plan.files[fi], fi, 0, plan.files[fi].marks.size(), &plan.shares[k]);
+      Chunks(plan.files[fi], fi, 0, plan.files[fi].marks.size(), kTrainChunkBytes,
+             &plan.shares[k]);
     }
   }
   return plan;

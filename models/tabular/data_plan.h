@@ -11,7 +11,9 @@
 //   stats     the training split's statistics (transforms.h) and row counts per split
 //   shares    each worker's part of the training rows, as TF shards a dataset by worker: with at
 //             least as many data files as workers, worker w reads files w, w + W, ...; otherwise
-//             every file is cut into W row ranges and worker w reads range w of each
+//             every file is cut into 8 W row ranges of about equal training rows, and worker w
+//             reads ranges w, w + W, ... of each (the same number of training rows per worker,
+//             from all over the file: a file sorted by time gives each worker every period)
 //   units     the ranges evaluation closures read (<= 4 MiB of a plain file; a gzip file whole)
 //
 // The scan reads every file once, checks every row (a bad row is an error naming the file, line
@@ -84,7 +86,7 @@ struct DataPlan {
   int64_t rows[3] = {0, 0, 0};  // by Split
   int64_t bad_rows = 0;
   std::vector<std::string> bad_row_examples;  // the first few, "file:line: what"
-  // Per worker: its training ranges, each <= 4 MiB of a plain file (a gzip range whole).
+  // Per worker: its training ranges, each about 64 KiB of a plain file (a gzip range whole).
   std::vector<std::vector<Range>> shares;
   std::vector<std::string> notes;  // e.g. a worker whose share had no training rows
 

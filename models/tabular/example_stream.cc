@@ -99,6 +99,12 @@ TrainStream::TrainStream(DataContext* context, std::vector<Range> share, Options
       options_(options),
       layout_(context->transformer().layout()) {
   capacity_ = std::max<int64_t>(1, options_.shuffle_buffer);
+  int64_t share_rows = 0;
+  for (const Range& r : share_) share_rows += r.train_rows;
+  if (share_rows <= capacity_) {
+    cached_ = true;
+    capacity_ = std::max<int64_t>(1, share_rows);
+  }
 }
 
 int64_t TrainStream::BufferBytes() const {
@@ -161,6 +167,43 @@ absl::Status TrainStream::Next(int64_t step, int64_t n, Batch* out) {
   out->Resize(n, layout_);
   const size_t slot_bytes = sizeof(int64_t) * layout_.num_slots;
   const size_t dense_bytes = sizeof(float) * layout_.num_dense;
+  auto copy = [&](int64_t from, ExampleRef dst) {
+    ExampleRef src = Slot(from);
+    std::memcpy(dst.keys, src.keys, slot_bytes);
+    std::memcpy(dst.dense, src.dense, dense_bytes);
+    *dst.label = *src.label;
+  };
+  if (cached_) {
+    if (!loaded_) {
+      // The first pass: the whole share into the buffer.
+      while (size_ < capacity_) {
+        ASSIGN_OR_RETURN(bool got, ReadInto(size_));
+        if (!got) break;
+        ++size_;
+      }
+      if (size_ == 0) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "worker ", options_.worker, ": its share of the data has no training rows"));
+      }
+      open_.clear();
+      loaded_ = true;
+      permutation_.resize(size_);
+      for (int64_t i = 0; i < size_; ++i) permutation_[i] = i;
+      std::shuffle(permutation_.begin(), permutation_.end(), rng_);
+      cursor_ = 0;
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      if (cursor_ == size_) {
+        ++epoch_;
+        rng_.seed(MixKey(static_cast<int64_t>(context_->options().seed)) ^
+                  MixKey(options_.worker * 7919 + 1) ^ MixKey(epoch_ + 104729));
+        std::shuffle(permutation_.begin(), permutation_.end(), rng_);
+        cursor_ = 0;
+      }
+      copy(permutation_[cursor_++], out->At(i, layout_));
+    }
+    return absl::OkStatus();
+  }
   for (int64_t i = 0; i < n;) {
     while (size_ < capacity_ && !input_done_) {
       ASSIGN_OR_RETURN(bool got, ReadInto(size_));
@@ -181,18 +224,9 @@ absl::Status TrainStream::Next(int64_t step, int64_t n, Batch* out) {
       continue;
     }
     const int64_t j = static_cast<int64_t>(rng_() % static_cast<uint64_t>(size_));
-    ExampleRef dst = out->At(i, layout_);
-    ExampleRef src = Slot(j);
-    std::memcpy(dst.keys, src.keys, slot_bytes);
-    std::memcpy(dst.dense, src.dense, dense_bytes);
-    *dst.label = *src.label;
+    copy(j, out->At(i, layout_));
     const int64_t last = size_ - 1;
-    if (j != last) {
-      ExampleRef tail = Slot(last);
-      std::memcpy(src.keys, tail.keys, slot_bytes);
-      std::memcpy(src.dense, tail.dense, dense_bytes);
-      *src.label = *tail.label;
-    }
+    if (j != last) copy(last, Slot(j));
     --size_;
     ++i;
   }

@@ -1,13 +1,17 @@
-// The tabular model's rows as examples, streamed: a worker never holds its data, only
+// The tabular model's rows as examples, streamed: a worker never holds more of its data than
 //
 //   - a shuffle buffer of `shuffle_buffer` examples (tf.data's shuffle: a batch draws uniformly
 //     from the buffer, each draw replaced by the next row read), and
 //   - `interleave` open range readers (tf.data's interleave: the next row comes from each open
 //     range in turn; a range that ends is replaced by the next in this epoch's order, a seeded
-//     permutation of the worker's ranges), each with a CSV buffer of >= 1 MiB.
+//     permutation of the worker's ranges), each with a CSV buffer of its range's size (about
+//     64 KiB; gzip: 1 MiB) or its longest record.
 //
-// So a worker's memory for data is about shuffle_buffer * (8 * slots + 4 * dense inputs + 4)
-// bytes plus interleave MiB, whatever the data's size (the README's "Data larger than memory").
+// When the worker's whole share fits in the buffer, the first pass reads it into the buffer and
+// every epoch then draws a fresh permutation of it (tf.data's cache + a full shuffle: no file is
+// read again). Otherwise every epoch streams the share again. So a worker's memory for data is at
+// most shuffle_buffer * (8 * slots + 4 * dense inputs + 4) bytes plus interleave * 80 KiB,
+// whatever the data's size (the README's "Data larger than memory").
 //
 // One epoch of a worker is one pass over its share (data_plan.h); the first Next() starts at the
 // epoch the step it is asked for falls in (a worker that starts or restarts mid-job begins that
@@ -103,7 +107,7 @@ class TrainStream {
     int worker = 0;
     int64_t steps_per_epoch = 1;  // of the whole job (for the epoch a first step falls in)
     int64_t shuffle_buffer = 65536;
-    int interleave = 8;
+    int interleave = 64;
   };
   TrainStream(DataContext* context, std::vector<Range> share, Options options);
 
@@ -113,8 +117,10 @@ class TrainStream {
 
   int64_t epoch() const;
 
-  // Bytes the shuffle buffer holds at most.
+  // Bytes the shuffle buffer holds at most; whether the share fits in it (read once, then drawn
+  // from memory every epoch).
   int64_t BufferBytes() const;
+  bool cached() const { return cached_; }
 
  private:
   void StartEpoch() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -127,6 +133,7 @@ class TrainStream {
   const Options options_;
   const ExampleLayout& layout_;
   int64_t capacity_ = 0;
+  bool cached_ = false;  // the share fits in the buffer
 
   mutable absl::Mutex mu_;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
@@ -143,6 +150,10 @@ class TrainStream {
   std::vector<float> dense_ ABSL_GUARDED_BY(mu_);
   std::vector<float> labels_ ABSL_GUARDED_BY(mu_);
   int64_t size_ ABSL_GUARDED_BY(mu_) = 0;
+  // Cached: the whole share is in the buffer; this epoch's permutation of it and the next draw.
+  bool loaded_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<int64_t> permutation_ ABSL_GUARDED_BY(mu_);
+  int64_t cursor_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace tabular

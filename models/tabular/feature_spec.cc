@@ -456,6 +456,7 @@ absl::StatusOr<Spec> ParseSpec(absl::string_view json_text, const std::string& p
   if (!j.is_object()) return o.Error("", "must be a JSON object");
   Spec s;
   s.path = path;
+  s.text = std::string(json_text);
   const Json* label = o.Take("label");
   if (label == nullptr) return o.Error("label", "is required");
   ASSIGN_OR_RETURN(s.label, ParseLabel(*label, path));

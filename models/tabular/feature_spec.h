@@ -116,6 +116,7 @@ struct ModelSpec {
 
 struct Spec {
   std::string path;  // the spec file (for messages)
+  std::string text;  // its JSON text (shipped to the workers, who parse it again)
   LabelSpec label;
   std::vector<FeatureSpec> features;
   SplitSpec split;
