@@ -256,11 +256,20 @@ Transformer::Transformer(const Spec& spec, const Stats& stats, uint64_t seed)
     for (const std::string& name : f.of) of.push_back(spec.FeatureIndex(name));
     cross_of_.push_back(std::move(of));
   }
-  for (const std::string& m : spec.missing_values) missing_.insert(m);
+  for (const std::string& m : spec.missing_values) {
+    if (m.empty()) continue;
+    missing_.insert(m);
+    longest_missing_ = std::max(longest_missing_, m.size());
+    missing_first_[static_cast<uint8_t>(m[0])] = true;
+  }
 }
 
 bool Transformer::IsMissing(absl::string_view field) const {
-  return field.empty() || missing_.contains(field);
+  if (field.empty()) return true;
+  if (field.size() > longest_missing_ || !missing_first_[static_cast<uint8_t>(field[0])]) {
+    return false;
+  }
+  return missing_.contains(field);
 }
 
 absl::StatusOr<ColumnMap> Transformer::MapColumns(absl::Span<const std::string> header,
@@ -358,17 +367,29 @@ bool Transformer::IsTestByColumn(absl::Span<const absl::string_view> fields,
 }
 
 absl::StatusOr<uint64_t> Transformer::RawValue(int f, absl::string_view field) const {
+  return Value(f, field, -1, nullptr);
+}
+
+absl::StatusOr<uint64_t> Transformer::Value(int f, absl::string_view field, int column,
+                                            DateCache* dates) const {
   const FeatureSpec& fs = spec_.features[f];
   if (IsMissing(field)) return kMissingValue;
   switch (fs.type) {
     case FeatureType::kCategorical:
       return TextValue(field);
     case FeatureType::kDatetime: {
-      CivilTime t;
-      if (!ParseCivilTime(field, &t)) {
-        return BadValue(fs.column, field, "is not a date (YYYY-MM-DD[ HH:MM[:SS]])");
+      CivilTime parsed;
+      const CivilTime* t = &parsed;
+      bool ok;
+      if (dates != nullptr && dates->column == column) {
+        ok = dates->ok;
+        t = &dates->time;
+      } else {
+        ok = ParseCivilTime(field, &parsed);
+        if (dates != nullptr) *dates = DateCache{column, ok, parsed};
       }
-      return IntValue(DatePartValue(t, fs.part, fs.slot_minutes));
+      if (!ok) return BadValue(fs.column, field, "is not a date (YYYY-MM-DD[ HH:MM[:SS]])");
+      return IntValue(DatePartValue(*t, fs.part, fs.slot_minutes));
     }
     case FeatureType::kNumeric: {
       double x = 0;
@@ -387,6 +408,7 @@ absl::Status Transformer::Transform(absl::Span<const absl::string_view> fields,
   ASSIGN_OR_RETURN(*out.label, Label(fields, columns));
   const size_t n = spec_.features.size();
   absl::InlinedVector<uint64_t, 32> value(n, 0);
+  DateCache dates;
   for (size_t f = 0; f < n; ++f) {
     const FeatureSpec& fs = spec_.features[f];
     if (fs.type == FeatureType::kCross) continue;
@@ -423,7 +445,8 @@ absl::Status Transformer::Transform(absl::Span<const absl::string_view> fields,
       for (; k < fs.max_values; ++k) keys[k] = kNoKey;
       continue;
     }
-    ASSIGN_OR_RETURN(uint64_t v, RawValue(static_cast<int>(f), field));
+    ASSIGN_OR_RETURN(uint64_t v,
+                     Value(static_cast<int>(f), field, columns.feature_column[f], &dates));
     if (fs.unknown_fraction > 0) {
       if (training) {
         if (UnitOf(MixKey(static_cast<int64_t>(row_hash ^ salts_[f] ^ kUnknownSalt))) <

@@ -22,6 +22,7 @@
 #ifndef PSTRAIN_MODELS_TABULAR_TRANSFORMS_H_
 #define PSTRAIN_MODELS_TABULAR_TRANSFORMS_H_
 
+#include <array>
 #include <cstdint>
 #include <set>
 #include <string>
@@ -152,6 +153,15 @@ class Transformer {
   absl::StatusOr<uint64_t> RawValue(int f, absl::string_view field) const;
 
  private:
+  // A row's parsed dates by column, so that several datetime features of one column parse it once.
+  struct DateCache {
+    int column = -1;
+    bool ok = false;
+    CivilTime time;
+  };
+  absl::StatusOr<uint64_t> Value(int f, absl::string_view field, int column,
+                                 DateCache* dates) const;
+
   // Per spec feature: its salt and, for unknown_fraction, a second salt for the row's draw.
   const Spec& spec_;
   const Stats& stats_;
@@ -160,6 +170,9 @@ class Transformer {
   std::vector<uint64_t> salts_;
   std::vector<std::vector<int>> cross_of_;  // crosses: their features' spec indices
   absl::flat_hash_set<std::string> missing_;
+  // A cheap first test before the set: the longest missing token and the first bytes they use.
+  size_t longest_missing_ = 0;
+  std::array<bool, 256> missing_first_{};
 };
 
 // A uniform double in [0, 1) from a 64-bit hash.
