@@ -273,9 +273,12 @@ TEST_F(TrainerTest, NoisyRatings_BestCheckpointNoWorseThanTheBiasBaseline) {
   EXPECT_EQ(v.at("val_rmse"), r->best_value);
   // The final weights overfit (their training RMSE far below the noise) ...
   EXPECT_LT(r->best_step, r->end_step);
-  // ... and the test evaluation ran on the best, within noise of the baseline, not far above it.
+  // ... and the test evaluation ran on the best, within noise of the baseline, not far above it
+  // (600 test ratings of 2-star noise; which step is best varies with the workers' timing: 0.021
+  // above the baseline was seen once under a loaded machine; the overfit final weights end about
+  // 0.07 above it).
   EXPECT_THAT(r->evaluated, HasSubstr("best checkpoint"));
-  EXPECT_LT(v.at("test_rmse"), v.at("baseline_test_rmse") + 0.02);
+  EXPECT_LT(v.at("test_rmse"), v.at("baseline_test_rmse") + 0.04);
 }
 
 // The coordinator binary (with its own in-process cluster) killed mid-job and started again.

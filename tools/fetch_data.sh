@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepares the training data of the example models under data/ at the repo root (git-ignored).
 #
-#   tools/fetch_data.sh [movielens|flights|fashion_mnist|all]     (default: all)
+#   tools/fetch_data.sh [movielens|flights|fashion_mnist|insurance|all]     (default: all)
 #
 # Everything comes from package registries this project already uses (Debian, npm); nothing else is
 # downloaded. Idempotent: a data set whose output already has the expected row count is skipped.
@@ -36,6 +36,14 @@
 #       train-images-idx3-ubyte.gz (60000 x 28 x 28 uint8), train-labels-idx1-ubyte.gz (60000),
 #       t10k-images-idx3-ubyte.gz (10000 x 28 x 28), t10k-labels-idx1-ubyte.gz (10000); labels 0..9.
 #
+#   data/insurance/ticdata_train.csv, data/insurance/ticdata_test.csv
+#       From Debian's r-cran-kernlab (R data object `ticdata`: the CoIL 2000 Challenge's insurance
+#       company data), written by R's write.csv (every text field quoted). 86 columns: 85 about a
+#       customer (socio-demographic bands of the zip code such as "11 - 23%", product contribution
+#       classes such as "f 1000-4999", counts) and CARAVAN, "insurance" or "noinsurance". The
+#       challenge's split: the first 5822 rows train (348 insurance), the other 4000 test (238).
+#       The tabular model's example spec models/tabular/specs/insurance.json reads them.
+#
 # npm packages go to .cache/fetch_data/node (git-ignored), pinned below.
 set -euo pipefail
 
@@ -49,6 +57,8 @@ NPM_PACKAGES=(vega-datasets@3.2.1 hyparquet@1.31.5 hyparquet-compressors@1.1.2)
 MOVIELENS_ROWS=100004
 FLIGHTS_ROWS=3000000
 FASHION_DIR=/usr/share/datasets/fashion-mnist
+INSURANCE_TRAIN_ROWS=5822
+INSURANCE_TEST_ROWS=4000
 
 log() { echo "fetch_data: $*"; }
 die() { echo "fetch_data: ERROR: $*" >&2; exit 1; }
@@ -253,11 +263,42 @@ fetch_fashion_mnist() {
 }
 
 # ---------------------------------------------------------------------------------------------
+fetch_insurance() {
+  local train="${DATA}/insurance/ticdata_train.csv" test="${DATA}/insurance/ticdata_test.csv"
+  if [[ "$(data_rows "$train")" == "${INSURANCE_TRAIN_ROWS}" && \
+        "$(data_rows "$test")" == "${INSURANCE_TEST_ROWS}" ]]; then
+    log "insurance: already prepared"
+  else
+    ensure_debs r-base-core r-cran-kernlab
+    mkdir -p "${DATA}/insurance"
+    log "insurance: extracting kernlab::ticdata with Rscript"
+    Rscript --vanilla - "${train}.tmp" "${test}.tmp" <<'EOF' || die "insurance: Rscript extraction failed"
+args <- commandArgs(trailingOnly = TRUE)
+data("ticdata", package = "kernlab", envir = environment())
+if (nrow(ticdata) != 9822 || !("CARAVAN" %in% names(ticdata))) {
+  stop("kernlab ticdata: expected 9822 rows with CARAVAN, got ", nrow(ticdata), " rows")
+}
+write.csv(ticdata[1:5822, ], file = args[1], row.names = FALSE)
+write.csv(ticdata[5823:9822, ], file = args[2], row.names = FALSE)
+EOF
+    [[ "$(data_rows "${train}.tmp")" == "${INSURANCE_TRAIN_ROWS}" ]] \
+      || die "insurance: expected ${INSURANCE_TRAIN_ROWS} rows in ${train}.tmp"
+    [[ "$(data_rows "${test}.tmp")" == "${INSURANCE_TEST_ROWS}" ]] \
+      || die "insurance: expected ${INSURANCE_TEST_ROWS} rows in ${test}.tmp"
+    mv "${train}.tmp" "$train"
+    mv "${test}.tmp" "$test"
+  fi
+  log "insurance: ${train}: $(data_rows "$train") customers, $(grep -c '"insurance"$' "$train") insured;" \
+      "${test}: $(data_rows "$test"), $(grep -c '"insurance"$' "$test") insured"
+}
+
+# ---------------------------------------------------------------------------------------------
 what="${1:-all}"
 case "$what" in
   movielens) fetch_movielens ;;
   flights) fetch_flights ;;
   fashion_mnist) fetch_fashion_mnist ;;
-  all) fetch_movielens; fetch_flights; fetch_fashion_mnist ;;
-  *) die "unknown data set '${what}'; use movielens, flights, fashion_mnist or all" ;;
+  insurance) fetch_insurance ;;
+  all) fetch_movielens; fetch_flights; fetch_fashion_mnist; fetch_insurance ;;
+  *) die "unknown data set '${what}'; use movielens, flights, fashion_mnist, insurance or all" ;;
 esac

@@ -294,7 +294,10 @@ int Run() {
     if (!spec.ok()) return Fail(absl::StrCat(source, ": ", spec.status().message()));
   }
 
-  std::printf("cluster: %d worker(s), %d ps\n", spec->num_workers(), spec->num_ps());
+  // The health table: the health and sum jobs' output; a training job keeps stdout for its one
+  // JSON summary line and writes the table to stderr.
+  FILE* table = absl::GetFlag(FLAGS_job) == "train" ? stderr : stdout;
+  std::fprintf(table, "cluster: %d worker(s), %d ps\n", spec->num_workers(), spec->num_ps());
   int unreachable = 0;
   std::string first_error;
   for (const TaskRef& task : spec->AllTasks()) {
@@ -305,20 +308,20 @@ int Run() {
     if (!health.ok()) {
       ++unreachable;
       if (first_error.empty()) first_error = std::string(health.status().message());
-      std::printf("  %-10s %-22s DOWN  %s\n", task.ToString().c_str(), address.c_str(),
-                  std::string(health.status().message()).c_str());
+      std::fprintf(table, "  %-10s %-22s DOWN  %s\n", task.ToString().c_str(), address.c_str(),
+                   std::string(health.status().message()).c_str());
       continue;
     }
-    std::printf("  %-10s %-22s OK    incarnation=%016llx pid=%d\n", task.ToString().c_str(),
-                address.c_str(), static_cast<unsigned long long>(health->incarnation()),
-                health->pid());
+    std::fprintf(table, "  %-10s %-22s OK    incarnation=%016llx pid=%d\n",
+                 task.ToString().c_str(), address.c_str(),
+                 static_cast<unsigned long long>(health->incarnation()), health->pid());
   }
-  std::fflush(stdout);
+  std::fflush(table);
   if (unreachable > 0) {
     return Fail(absl::StrCat(unreachable, " task(s) not healthy; first: ", first_error));
   }
-  std::printf("all tasks healthy\n");
-  std::fflush(stdout);
+  std::fprintf(table, "all tasks healthy\n");
+  std::fflush(table);
   if (absl::GetFlag(FLAGS_job) == "health") return 0;
   if (absl::GetFlag(FLAGS_job) == "sum") return RunSumJob(*spec);
   if (absl::GetFlag(FLAGS_job) == "train") return RunTrainJob(*spec);

@@ -388,12 +388,14 @@ absl::StatusOr<ModelSpec> ParseModel(const Json& j, const std::string& file) {
       const char* name;
       OptimizerDef* def;
       bool* schedule;
+      bool* given;
     };
-    for (const Part& p : {Part{"embeddings", &m.embeddings, &m.embeddings_schedule},
-                          Part{"wide", &m.wide, &m.wide_schedule},
-                          Part{"dense", &m.dense, &m.dense_schedule}}) {
+    for (const Part& p : {Part{"embeddings", &m.embeddings, &m.embeddings_schedule, &m.embeddings_given},
+                          Part{"wide", &m.wide, &m.wide_schedule, &m.wide_given},
+                          Part{"dense", &m.dense, &m.dense_schedule, &m.dense_given}}) {
       if (const Json* v = oo.Take(p.name); v != nullptr) {
         ASSIGN_OR_RETURN(*p.def, ParseOptimizer(*v, oo.Path(p.name), file, *p.def, p.schedule));
+        *p.given = true;
       }
     }
     RETURN_IF_ERROR(oo.Finish());
@@ -510,6 +512,11 @@ absl::StatusOr<Spec> ParseSpec(absl::string_view json_text, const std::string& p
     s.model.wide = Adagrad(0.05);
     s.model.dense = Adagrad(0.2);
   }
+  // Defaults scaled to the number of inputs, one per feature (feature_spec.h); a part the spec
+  // names keeps the rate it gives (0.05 if it gives none).
+  const double sparse_rate = DefaultSparseRate(static_cast<int64_t>(s.features.size()));
+  if (!s.model.embeddings_given) s.model.embeddings.set_learning_rate(sparse_rate);
+  if (!s.model.wide_given) s.model.wide.set_learning_rate(sparse_rate);
   if (!any_embedded && s.model.type == ModelType::kWide) {
     // A wide model over numeric features only is linear regression on them: fine.
   }
@@ -524,6 +531,10 @@ absl::StatusOr<Spec> ParseSpec(absl::string_view json_text, const std::string& p
   }
   RETURN_IF_ERROR(o.Finish());
   return s;
+}
+
+double DefaultSparseRate(int64_t inputs) {
+  return 0.05 * std::min(1.0, 16.0 / static_cast<double>(std::max<int64_t>(inputs, 1)));
 }
 
 absl::StatusOr<Spec> ReadSpec(const std::string& path) {

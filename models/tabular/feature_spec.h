@@ -109,9 +109,14 @@ struct ModelSpec {
   Interaction interaction = Interaction::kNone;
   double init_stddev = 0.01;
   // Per part: the embeddings (the deep part's tables), the wide part (its tables and numeric
-  // weights, and the baseline's), the dense layers. Defaults: Adagrad 0.05, 0.05 and 0.2.
+  // weights, and the baseline's), the dense layers. Defaults: Adagrad, the dense layers at 0.2;
+  // the embeddings and the wide part at 0.05 * min(1, 16 / inputs), inputs = the number of
+  // features (DefaultSparseRate); a part the spec names keeps its rate (0.05 if it gives none). Adagrad moves every weight a step of
+  // about its rate at first, so a logit summed over many features jumps by about rate x inputs:
+  // with 85 features at 0.05 the validation logloss went from 0.22 to 2.5 in a few steps.
   OptimizerDef embeddings, wide, dense;
   bool embeddings_schedule = false, wide_schedule = false, dense_schedule = false;  // given?
+  bool embeddings_given = false, wide_given = false, dense_given = false;
 };
 
 struct Spec {
@@ -127,6 +132,9 @@ struct Spec {
 
   int FeatureIndex(absl::string_view name) const;  // -1 if none
 };
+
+// The default rate of the embeddings and the wide part for a spec with `inputs` inputs.
+double DefaultSparseRate(int64_t inputs);
 
 // Parses and checks a spec. `path` names it in messages. Errors: kInvalidArgument naming the
 // field (a missing or unknown field, a wrong type, a value out of range, a duplicate or unknown

@@ -1,6 +1,7 @@
 #include "models/tabular/feature_spec.h"
 
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -110,7 +111,31 @@ TEST(FeatureSpecTest, Defaults) {
   EXPECT_THAT(s->model.hidden, ElementsAre(64));
   EXPECT_EQ(s->model.embeddings.kind(), OptimizerDef::ADAGRAD);
   EXPECT_DOUBLE_EQ(s->model.dense.learning_rate(), 0.2);
+  EXPECT_DOUBLE_EQ(s->model.embeddings.learning_rate(), 0.05);
+  EXPECT_DOUBLE_EQ(s->model.wide.learning_rate(), 0.05);
   EXPECT_EQ(s->delimiter, ',');
+}
+
+// The embeddings' and the wide part's default rates shrink with the number of features (past 16);
+// a part the spec names keeps its rate.
+TEST(FeatureSpecTest, DefaultSparseRates_ScaleWithFeatures) {
+  EXPECT_DOUBLE_EQ(DefaultSparseRate(1), 0.05);
+  EXPECT_DOUBLE_EQ(DefaultSparseRate(16), 0.05);
+  EXPECT_DOUBLE_EQ(DefaultSparseRate(32), 0.025);
+  EXPECT_DOUBLE_EQ(DefaultSparseRate(80), 0.01);
+  std::string features;
+  for (int i = 0; i < 32; ++i) {
+    absl::StrAppend(&features, i > 0 ? ", " : "", "{'name': 'f", i, "', 'column': 'c", i, "'}");
+  }
+  absl::StatusOr<Spec> s = Parse(WithFeatures(features));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_DOUBLE_EQ(s->model.embeddings.learning_rate(), 0.025);
+  EXPECT_DOUBLE_EQ(s->model.wide.learning_rate(), 0.025);
+  EXPECT_DOUBLE_EQ(s->model.dense.learning_rate(), 0.2);
+  s = Parse(WithFeatures(features, ", 'model': {'optimizers': {'wide': {'learning_rate': 0.3}}}"));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_DOUBLE_EQ(s->model.embeddings.learning_rate(), 0.025);
+  EXPECT_DOUBLE_EQ(s->model.wide.learning_rate(), 0.3);
 }
 
 TEST(FeatureSpecTest, RegressionAndMulticlassLabels) {
@@ -226,6 +251,19 @@ TEST(FeatureSpecErrorTest, EachErrorNamesTheField) {
     EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << s.status();
     EXPECT_THAT(std::string(s.status().message()), HasSubstr(c.message)) << c.spec;
   }
+}
+
+// The specs shipped as examples parse (the test runs in the workspace's runfiles).
+TEST(FeatureSpecTest, ShippedSpecs_Parse) {
+  absl::StatusOr<Spec> flights = ReadSpec("models/tabular/specs/flights_ctr.json");
+  ASSERT_TRUE(flights.ok()) << flights.status();
+  EXPECT_EQ(flights->label.column, "delay");
+  EXPECT_EQ(flights->features.size(), 14u);
+  absl::StatusOr<Spec> insurance = ReadSpec("models/tabular/specs/insurance.json");
+  ASSERT_TRUE(insurance.ok()) << insurance.status();
+  EXPECT_EQ(insurance->label.positive, std::vector<std::string>{"insurance"});
+  EXPECT_EQ(insurance->features.size(), 85u);
+  EXPECT_EQ(insurance->split.test_data, "data/insurance/ticdata_test.csv");
 }
 
 TEST(FeatureSpecErrorTest, MissingFile_NotFound) {
