@@ -390,9 +390,11 @@ absl::StatusOr<ModelSpec> ParseModel(const Json& j, const std::string& file) {
       bool* schedule;
       bool* given;
     };
-    for (const Part& p : {Part{"embeddings", &m.embeddings, &m.embeddings_schedule, &m.embeddings_given},
-                          Part{"wide", &m.wide, &m.wide_schedule, &m.wide_given},
-                          Part{"dense", &m.dense, &m.dense_schedule, &m.dense_given}}) {
+    const Part parts[] = {
+        {"embeddings", &m.embeddings, &m.embeddings_schedule, &m.embeddings_given},
+        {"wide", &m.wide, &m.wide_schedule, &m.wide_given},
+        {"dense", &m.dense, &m.dense_schedule, &m.dense_given}};
+    for (const Part& p : parts) {
       if (const Json* v = oo.Take(p.name); v != nullptr) {
         ASSIGN_OR_RETURN(*p.def, ParseOptimizer(*v, oo.Path(p.name), file, *p.def, p.schedule));
         *p.given = true;
