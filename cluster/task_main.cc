@@ -34,6 +34,7 @@ int Fail(const std::string& message) {
 }  // namespace
 
 int RunTaskMain(int argc, char** argv, const std::string& job, const StartTaskFn& start) {
+  InstallFailureSignalHandler(argv[0]);
   absl::SetProgramUsageMessage(absl::StrCat(
       "Runs one ", job, " task of a cluster.\nUsage: ", argv[0],
       " --cluster_spec=cluster.json --task=", job, ":0"));

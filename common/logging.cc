@@ -8,6 +8,8 @@
 #include <cstring>
 #include <string>
 
+#include "absl/debugging/failure_signal_handler.h"
+#include "absl/debugging/symbolize.h"
 #include "absl/strings/ascii.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -33,6 +35,12 @@ char LevelChar(LogLevel level) {
 void SetMinLogLevel(LogLevel level) { min_level.store(static_cast<int>(level)); }
 
 LogLevel MinLogLevel() { return static_cast<LogLevel>(min_level.load(std::memory_order_relaxed)); }
+
+void InstallFailureSignalHandler(const char* argv0) {
+  absl::InitializeSymbolizer(argv0);
+  absl::FailureSignalHandlerOptions options;  // symbolized, to stderr, then the default action
+  absl::InstallFailureSignalHandler(options);
+}
 
 void SetMinLogLevelFromEnv() {
   const char* env = std::getenv("PSTRAIN_LOG_LEVEL");

@@ -15,6 +15,12 @@ void SetMinLogLevel(LogLevel level);
 LogLevel MinLogLevel();
 void SetMinLogLevelFromEnv();
 
+// Installs Abseil's failure signal handler: on SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGTRAP
+// (and SIGTERM where a main has not blocked it) the process writes the signal and a symbolized
+// stack trace of the faulting thread to stderr (the task's log), then dies of the signal as it
+// would have. Mains call it first, with their argv[0].
+void InstallFailureSignalHandler(const char* argv0);
+
 namespace logging_internal {
 
 // One log line: collects the message and writes it (atomically, one write) when destroyed.

@@ -10,6 +10,7 @@
 #include "common/status_macros.h"
 #include "common/grpc_status.h"
 #include "proto/ps_service.grpc.pb.h"
+#include "ps/checkpoint_root.h"
 #include "ps/variable_store.h"
 
 namespace pstrain {
@@ -23,8 +24,8 @@ class PsServiceImpl final
     : public PsService::WithRawCallbackMethod_Lookup<PsService::WithRawCallbackMethod_Read<
           PsService::WithRawCallbackMethod_Update<PsService::CallbackService>>> {
  public:
-  explicit PsServiceImpl(int64_t memory_budget_bytes)
-      : store_(/*data_threads=*/-1, memory_budget_bytes) {}
+  PsServiceImpl(int64_t memory_budget_bytes, CheckpointRoot root)
+      : store_(/*data_threads=*/-1, memory_budget_bytes), root_(std::move(root)) {}
 
   void SetIdentity(const TaskIdentity& identity) { identity_.Set(identity); }
 
@@ -104,7 +105,11 @@ class PsServiceImpl final
   grpc::ServerUnaryReactor* SaveShards(grpc::CallbackServerContext* context,
                                        const SaveShardsRequest* request,
                                        SaveShardsResponse* response) override {
-    absl::StatusOr<SaveShardsResponse> saved = store_.SaveShards(*request);
+    absl::StatusOr<std::string> db_path = root_.Confine(request->db_path());
+    if (!db_path.ok()) return Finish(context, db_path.status());
+    SaveShardsRequest confined = *request;
+    confined.set_db_path(*db_path);
+    absl::StatusOr<SaveShardsResponse> saved = store_.SaveShards(confined);
     if (saved.ok()) *response = *std::move(saved);
     return Finish(context, saved.status());
   }
@@ -112,7 +117,15 @@ class PsServiceImpl final
   grpc::ServerUnaryReactor* RestoreShards(grpc::CallbackServerContext* context,
                                           const RestoreShardsRequest* request,
                                           RestoreShardsResponse* response) override {
-    absl::StatusOr<RestoreShardsResponse> restored = store_.RestoreShards(*request);
+    RestoreShardsRequest confined = *request;
+    for (RestoreShardOp& op : *confined.mutable_ops()) {
+      for (CheckpointSource& source : *op.mutable_sources()) {
+        absl::StatusOr<std::string> db_path = root_.Confine(source.db_path());
+        if (!db_path.ok()) return Finish(context, db_path.status());
+        source.set_db_path(*db_path);
+      }
+    }
+    absl::StatusOr<RestoreShardsResponse> restored = store_.RestoreShards(confined);
     if (restored.ok()) *response = *std::move(restored);
     return Finish(context, restored.status());
   }
@@ -156,6 +169,7 @@ class PsServiceImpl final
   }
 
   VariableStore store_;
+  const CheckpointRoot root_;  // where checkpoint databases may be
   PendingIdentity identity_;
 };
 
@@ -165,7 +179,11 @@ class PsServerImpl final : public PsServer {
   ~PsServerImpl() override { Shutdown(); }
 
   absl::Status Init(const PsServerOptions& options) {
-    service_ = std::make_unique<PsServiceImpl>(options.memory_budget_bytes);
+    CheckpointRoot root;
+    if (!options.checkpoint_root.empty()) {
+      ASSIGN_OR_RETURN(root, CheckpointRoot::Open(options.checkpoint_root));
+    }
+    service_ = std::make_unique<PsServiceImpl>(options.memory_budget_bytes, std::move(root));
     ASSIGN_OR_RETURN(StartedServer started,
                      StartGrpcServer(options.listen_address, {service_.get()}));
     server_ = std::move(started.server);

@@ -20,13 +20,16 @@ struct PsServerOptions {
   // The ps's memory budget in bytes: creating or growing a table past it fails with
   // RESOURCE_EXHAUSTED naming the table and the bytes. Default 0: none.
   int64_t memory_budget_bytes = 0;
+  // Checkpoint databases a request names must lie under this directory (ps/checkpoint_root.h);
+  // created if missing. Default empty: anywhere (the in-process cluster's servers).
+  std::string checkpoint_root;
 };
 
 // A running ps task. Thread-safe. Destroying it shuts the server down (Shutdown() is idempotent).
 class PsServer {
  public:
   // Starts the server. Errors: kInvalidArgument for a malformed address, kUnavailable if it can't
-  // be bound.
+  // be bound, kFailedPrecondition for a checkpoint root that can't be made a directory.
   static absl::StatusOr<std::unique_ptr<PsServer>> Start(const PsServerOptions& options);
 
   virtual ~PsServer() = default;

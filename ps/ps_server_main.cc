@@ -1,5 +1,6 @@
 // The ps task binary: `ps_server --cluster_spec=cluster.json --task=ps:0` (or TF_CONFIG), with
-// --memory_budget=20G to bound the memory its tables may take.
+// --memory_budget=20G to bound the memory its tables may take and --checkpoint_root=DIR to confine
+// its checkpoints.
 #include <cstdio>
 #include <cstdlib>
 
@@ -13,6 +14,11 @@ ABSL_FLAG(std::string, memory_budget, "0",
           "The memory this ps's tables may take (bytes, or with K, M, G, T): creating or growing a "
           "table past it fails with RESOURCE_EXHAUSTED naming the table and the bytes, instead of "
           "the kernel's out-of-memory kill. 0: no budget.");
+ABSL_FLAG(std::string, checkpoint_root, ".",
+          "The directory checkpoints may be saved in and restored from (created if missing): a "
+          "request naming a database outside it, after '..' and symlinks, is refused with "
+          "PERMISSION_DENIED. The job's --checkpoint_dir must lie under it. Default: the directory "
+          "the ps was started in.");
 
 int main(int argc, char** argv) {
   return pstrain::RunTaskMain(
@@ -25,6 +31,10 @@ int main(int argc, char** argv) {
               absl::StrCat("--memory_budget: ", budget.status().message()));
         }
         options.memory_budget_bytes = *budget;
+        options.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root);
+        if (options.checkpoint_root.empty()) {
+          return absl::InvalidArgumentError("--checkpoint_root is empty");
+        }
         options.task_index = task_index;
         options.listen_address = listen;
         absl::StatusOr<std::unique_ptr<pstrain::PsServer>> server =

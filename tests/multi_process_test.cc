@@ -134,6 +134,21 @@ TEST_F(MultiProcessTest, SumJob_WorkerKilledWithSigkill_JobFinishes) {
   for (int i = 0; i < 3; ++i) EXPECT_EQ(*servers[i]->Wait(kWait), 0);
 }
 
+// A task that dies of a fault says so in its log, with a symbolized stack trace, and still dies of
+// the signal (so supervisors see the crash).
+TEST_F(MultiProcessTest, PsDiesOfAFault_StackTraceInItsLog) {
+  std::unique_ptr<Subprocess> ps =
+      Spawn("fault_ps0", {ps_bin_, "--cluster_spec=" + spec_path_, "--task=ps:0"});
+  ASSERT_TRUE(ps->WaitForStdout("READY", kWait).ok()) << ps->Stderr();
+  ps->Signal(SIGSEGV);
+  absl::StatusOr<int> code = ps->Wait(kWait);
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 128 + SIGSEGV) << ps->Stderr();
+  EXPECT_THAT(ps->Stderr(), HasSubstr("*** SIGSEGV received"));
+  // At least one frame named ("@ 0x7f67dfe5ac82  (unknown)  __sigtimedwait"): symbolized.
+  EXPECT_THAT(ps->Stderr(), ::testing::ContainsRegex("@ +0x[0-9a-f]+ +[^ ]+ +[_A-Za-z][_A-Za-z0-9:]+"));
+}
+
 TEST_F(MultiProcessTest, BadInput_OneLineErrorAndExitCode2) {
   struct Case {
     std::string name;

@@ -333,6 +333,7 @@ int Run() {
 }  // namespace pstrain
 
 int main(int argc, char** argv) {
+  pstrain::InstallFailureSignalHandler(argv[0]);
   absl::SetProgramUsageMessage(
       "Drives a training job on a cluster.\n"
       "Usage: coordinator [--model=movielens_mf] [--cluster_spec=cluster.json | "
