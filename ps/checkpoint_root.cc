@@ -98,9 +98,11 @@ absl::StatusOr<std::string> CheckpointRoot::Confine(absl::string_view requested)
   resolved += rest;
   if (resolved.empty()) resolved = "/";
   if (resolved != root_ && resolved.rfind(root_ + "/", 0) != 0) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "checkpoint path '", requested, "' is ", resolved, ", outside this ps's checkpoint root ",
-        root_, " (--checkpoint_root)"));
+    const std::string is =
+        resolved == requested ? "" : absl::StrCat(" (", resolved, " once resolved)");
+    return absl::PermissionDeniedError(absl::StrCat("checkpoint path '", requested, "'", is,
+                                                    " is outside this ps's checkpoint root ",
+                                                    root_, " (--checkpoint_root)"));
   }
   return resolved;
 }
