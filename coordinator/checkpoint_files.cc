@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <limits>
 #include <system_error>
 
 #include "absl/strings/ascii.h"
@@ -51,6 +53,43 @@ absl::Status SyncDir(const std::string& dir) {
   return absl::OkStatus();
 }
 
+// Writes `bytes` to `dir`/`name` atomically: a temporary file, synced, renamed over the final
+// name (after `before_rename`, if any), and the directory synced.
+absl::Status WriteFileAtomically(const std::string& dir, absl::string_view name,
+                                 const std::string& bytes,
+                                 const std::function<absl::Status()>& before_rename = nullptr) {
+  const std::string final_path = absl::StrCat(dir, "/", name);
+  const std::string temp_path = final_path + ".tmp";
+  const int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Errno("creating", temp_path);
+  absl::Status s = WriteAll(fd, bytes.data(), bytes.size(), temp_path);
+  if (s.ok() && ::fdatasync(fd) != 0) s = Errno("syncing", temp_path);
+  ::close(fd);
+  RETURN_IF_ERROR(s);
+  if (before_rename) RETURN_IF_ERROR(before_rename());
+  if (::rename(temp_path.c_str(), final_path.c_str()) != 0) return Errno("renaming", temp_path);
+  return SyncDir(dir);
+}
+
+// Reads the open `fd` (of `path`) to its end, or until more than `max_bytes` were read, into
+// `out`; closes it.
+absl::Status ReadToEnd(int fd, const std::string& path, size_t max_bytes, std::string* out) {
+  char buffer[1 << 16];
+  while (out->size() <= max_bytes) {
+    const ssize_t r = ::read(fd, buffer, sizeof(buffer));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      absl::Status s = Errno("reading", path);
+      ::close(fd);
+      return s;
+    }
+    if (r == 0) break;
+    out->append(buffer, static_cast<size_t>(r));
+  }
+  ::close(fd);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string CheckpointPath(const std::string& dir, int64_t step) {
@@ -78,18 +117,7 @@ absl::Status WriteManifest(const std::string& checkpoint_path, const CheckpointM
   const uint32_t crc = crc32c::Mask(crc32c::Value(payload));
   for (int i = 0; i < 4; ++i) file.push_back(static_cast<char>(crc >> (8 * i)));
   file += payload;
-
-  const std::string final_path = absl::StrCat(checkpoint_path, "/", kManifestFileName);
-  const std::string temp_path = final_path + ".tmp";
-  const int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno("creating", temp_path);
-  absl::Status s = WriteAll(fd, file.data(), file.size(), temp_path);
-  if (s.ok() && ::fdatasync(fd) != 0) s = Errno("syncing", temp_path);
-  ::close(fd);
-  RETURN_IF_ERROR(s);
-  if (before_rename) RETURN_IF_ERROR(before_rename());
-  if (::rename(temp_path.c_str(), final_path.c_str()) != 0) return Errno("renaming", temp_path);
-  return SyncDir(checkpoint_path);
+  return WriteFileAtomically(checkpoint_path, kManifestFileName, file, before_rename);
 }
 
 absl::StatusOr<CheckpointManifest> ReadManifest(const std::string& checkpoint_path) {
@@ -104,19 +132,7 @@ absl::StatusOr<CheckpointManifest> ReadManifest(const std::string& checkpoint_pa
     return Errno("opening", path);
   }
   std::string file;
-  char buffer[1 << 16];
-  while (true) {
-    const ssize_t r = ::read(fd, buffer, sizeof(buffer));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) {
-      absl::Status s = Errno("reading", path);
-      ::close(fd);
-      return s;
-    }
-    if (r == 0) break;
-    file.append(buffer, static_cast<size_t>(r));
-  }
-  ::close(fd);
+  RETURN_IF_ERROR(ReadToEnd(fd, path, std::numeric_limits<size_t>::max(), &file));
   auto corrupt = [&](absl::string_view why) {
     return absl::DataLossError(absl::StrCat("checkpoint manifest ", path, " is corrupt: ", why));
   };
@@ -180,17 +196,7 @@ absl::Status WriteBestMarker(const std::string& dir, const std::string& checkpoi
     return absl::InvalidArgumentError(
         absl::StrCat(checkpoint_path, " is not a checkpoint directory in ", dir));
   }
-  std::string text = absl::StrCat(name, "\n", note, "\n");
-  const std::string final_path = absl::StrCat(dir, "/", kBestFileName);
-  const std::string temp_path = final_path + ".tmp";
-  const int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno("creating", temp_path);
-  absl::Status s = WriteAll(fd, text.data(), text.size(), temp_path);
-  if (s.ok() && ::fdatasync(fd) != 0) s = Errno("syncing", temp_path);
-  ::close(fd);
-  RETURN_IF_ERROR(s);
-  if (::rename(temp_path.c_str(), final_path.c_str()) != 0) return Errno("renaming", temp_path);
-  return SyncDir(dir);
+  return WriteFileAtomically(dir, kBestFileName, absl::StrCat(name, "\n", note, "\n"));
 }
 
 absl::StatusOr<std::optional<BestMarker>> ReadBestMarker(const std::string& dir) {
@@ -201,19 +207,7 @@ absl::StatusOr<std::optional<BestMarker>> ReadBestMarker(const std::string& dir)
     return Errno("opening", path);
   }
   std::string text;
-  char buffer[4096];
-  while (text.size() <= 65536) {
-    const ssize_t r = ::read(fd, buffer, sizeof(buffer));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) {
-      absl::Status s = Errno("reading", path);
-      ::close(fd);
-      return s;
-    }
-    if (r == 0) break;
-    text.append(buffer, static_cast<size_t>(r));
-  }
-  ::close(fd);
+  RETURN_IF_ERROR(ReadToEnd(fd, path, /*max_bytes=*/65536, &text));
   const size_t eol = text.find('\n');
   const std::string name = text.substr(0, eol);
   const int64_t step = CheckpointStep(name);
