@@ -20,18 +20,13 @@
 #include "gtest/gtest.h"
 #include "models/tabular/data_plan.h"
 #include "models/tabular/example_stream.h"
+#include "models/tabular/spec_test_util.h"
 
 namespace pstrain {
 namespace tabular {
 namespace {
 
 using ::testing::HasSubstr;
-
-Spec MustParse(const std::string& text) {
-  absl::StatusOr<Spec> s = ParseSpec(absl::StrReplaceAll(text, {{"'", "\""}}), "t.json");
-  EXPECT_TRUE(s.ok()) << s.status();
-  return *s;
-}
 
 // id (unique per row), x (numeric), g (categorical), y (0/1 label).
 const char* kSpec = R"({'label': {'column': 'y'},

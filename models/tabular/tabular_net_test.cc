@@ -7,18 +7,12 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
+#include "models/tabular/spec_test_util.h"
 
 namespace pstrain {
 namespace tabular {
 namespace {
-
-Spec MustParse(const std::string& text) {
-  absl::StatusOr<Spec> s = ParseSpec(absl::StrReplaceAll(text, {{"'", "\""}}), "t.json");
-  EXPECT_TRUE(s.ok()) << s.status();
-  return *s;
-}
 
 struct Case {
   std::string task;  // binary, regression, multiclass

@@ -3,10 +3,10 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_replace.h"
 #include "common/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "models/tabular/spec_test_util.h"
 #include "partitioners/key_routing.h"
 
 namespace pstrain {
@@ -14,12 +14,6 @@ namespace tabular {
 namespace {
 
 using ::testing::HasSubstr;
-
-Spec MustParse(const std::string& text) {
-  absl::StatusOr<Spec> s = ParseSpec(absl::StrReplaceAll(text, {{"'", "\""}}), "t.json");
-  EXPECT_TRUE(s.ok()) << s.status();
-  return *s;
-}
 
 TEST(DateTest, ParseCivilTime_FormatsAndInvalidDates) {
   CivilTime t;
