@@ -7,6 +7,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -54,13 +56,11 @@ absl::StatusOr<CheckpointRoot> CheckpointRoot::Open(const std::string& root) {
   if (root.empty()) return absl::InvalidArgumentError("the checkpoint root is empty");
   const std::string absolute = NormalizeAbsolutePath(Absolute(root));
   // Create it and its parents if missing.
-  std::string at;
-  for (absl::string_view p : absl::StrSplit(absolute, '/', absl::SkipEmpty())) {
-    absl::StrAppend(&at, "/", p);
-    if (::mkdir(at.c_str(), 0755) != 0 && errno != EEXIST) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "can't create the checkpoint root ", absolute, " (at ", at, "): ", std::strerror(errno)));
-    }
+  std::error_code ec;
+  std::filesystem::create_directories(absolute, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("can't create the checkpoint root ", absolute, ": ", ec.message()));
   }
   struct stat st;
   const std::string resolved = Resolve(absolute);
