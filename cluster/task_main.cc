@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_util.h"
 #include "common/logging.h"
+#include "cluster/security_flags.h"
 #include "cluster/spec_flag.h"
 #include "cluster/cluster_spec.h"
 
@@ -40,6 +41,9 @@ int RunTaskMain(int argc, char** argv, const std::string& job, const StartTaskFn
       " --cluster_spec=cluster.json --task=", job, ":0"));
   absl::ParseCommandLine(argc, argv);
   SetMinLogLevelFromEnv();
+  if (absl::Status security = ApplySecurityFlags(); !security.ok()) {
+    return Fail(std::string(security.message()));
+  }
 
   std::string source;
   absl::StatusOr<std::string> spec_text = ClusterSpecText(absl::GetFlag(FLAGS_cluster_spec), &source);

@@ -12,6 +12,9 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "grpcpp/support/channel_arguments.h"
+#include "grpcpp/support/client_interceptor.h"
+#include "common/logging.h"
+#include "common/transport_security.h"
 
 namespace pstrain {
 
@@ -33,7 +36,45 @@ std::vector<absl::string_view> SliceViews(const std::vector<grpc::Slice>& slices
   return views;
 }
 
+namespace {
+
+// Adds the shared token to every call's initial metadata.
+class TokenInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit TokenInterceptor(const std::string* value) : value_(value) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+      methods->GetSendInitialMetadata()->insert({std::string(kAuthMetadataKey), *value_});
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::string* value_;
+};
+
+class TokenInterceptorFactory final
+    : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit TokenInterceptorFactory(std::string token) : value_("Bearer " + token) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo* /*info*/) override {
+    return new TokenInterceptor(&value_);
+  }
+
+ private:
+  const std::string value_;  // lives as long as the channel, which owns the factory
+};
+
+}  // namespace
+
 std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address) {
+  return CreateChannel(address, *CurrentTransportSecurity());
+}
+
+std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address,
+                                             const TransportSecurity& security) {
   TuneMallocForLargeMessages();
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
@@ -48,7 +89,12 @@ std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address) {
   // cable, a frozen machine) fails the calls within ~15 s instead of never.
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
+  if (!security.auth_token.empty()) {
+    interceptors.push_back(std::make_unique<TokenInterceptorFactory>(security.auth_token));
+  }
+  return grpc::experimental::CreateCustomChannelWithInterceptors(
+      address, ChannelCredentialsFor(security), args, std::move(interceptors));
 }
 
 absl::Status SplitHostPort(const std::string& address, std::string* host, int* port) {
@@ -88,7 +134,8 @@ absl::StatusOr<StartedServer> StartGrpcServer(const std::string& address,
   TuneMallocForLargeMessages();
   grpc::ServerBuilder builder;
   StartedServer started;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &started.port);
+  const std::shared_ptr<const TransportSecurity> security = CurrentTransportSecurity();
+  builder.AddListeningPort(address, ServerCredentialsFor(*security), &started.port);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   // Accept our clients' keepalive pings (see CreateChannel).
@@ -102,6 +149,12 @@ absl::StatusOr<StartedServer> StartGrpcServer(const std::string& address,
         absl::StrCat("could not listen on ", address, " (port in use or host not local?)"));
   }
   started.address = absl::StrCat(host, ":", started.port);
+  if (!security->tls() && security->auth_token.empty() && !IsLoopbackHost(host)) {
+    LOG(WARNING) << "listening on " << started.address
+                 << " beyond loopback with neither TLS nor a token: anyone who can reach this "
+                    "port can read and change the model (see README, Security: --tls_cert, "
+                    "--tls_key, --tls_ca, --auth_token_file)";
+  }
   return started;
 }
 

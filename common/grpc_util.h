@@ -15,6 +15,8 @@
 
 namespace pstrain {
 
+struct TransportSecurity;
+
 // Largest message a task sends or accepts, in bytes. Set deliberately: large enough for one step's
 // batched rows to one ps (e.g. 16 Mi rows of 16 floats would not fit, 4 Mi do), small enough that a
 // malformed request can't make a server allocate without bound.
@@ -32,7 +34,11 @@ std::vector<absl::string_view> SliceViews(const std::vector<grpc::Slice>& slices
 
 // A channel to `address` ("host:port") with our message limits and a short reconnect backoff, so a
 // restarted task is reached again within about a second.
+// It uses the process's transport security (common/transport_security.h): mutual TLS, the token.
 std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address);
+// The same with `security` instead of the process's.
+std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address,
+                                             const TransportSecurity& security);
 
 // A running gRPC server and the port it is bound to.
 struct StartedServer {
@@ -42,7 +48,8 @@ struct StartedServer {
 };
 
 // Starts a server listening on `address` ("host:port"; port 0 picks a free one) that serves
-// `services` (not owned; they must outlive the server).
+// `services` (not owned; they must outlive the server), with the process's transport security; it
+// logs a warning when it listens beyond loopback with neither TLS nor a token.
 // Errors: kInvalidArgument for a malformed address; kUnavailable if the address can't be bound.
 absl::StatusOr<StartedServer> StartGrpcServer(const std::string& address,
                                               const std::vector<grpc::Service*>& services);

@@ -1,4 +1,4 @@
-// A parameter-server task: a gRPC server running the PsService.
+// A parameter-server task: a gRPC server running the PsService (ps/ps_service_handlers.h).
 #ifndef PSTRAIN_PS_PS_SERVER_H_
 #define PSTRAIN_PS_PS_SERVER_H_
 
@@ -23,6 +23,12 @@ struct PsServerOptions {
   // Checkpoint databases a request names must lie under this directory (ps/checkpoint_root.h);
   // created if missing. Default empty: anywhere (the in-process cluster's servers).
   std::string checkpoint_root;
+  // The most ids one Lookup or Update may carry; more is RESOURCE_EXHAUSTED. 0: no limit.
+  // Default 16 Mi.
+  int64_t max_ids_per_request = 16 << 20;
+  // Requests of 4 MiB or more served at once (more wait their turn, up to 30 s); 0: no limit.
+  // Default 0; the ps binary's --max_large_requests sets one.
+  int max_concurrent_large_requests = 0;
 };
 
 // A running ps task. Thread-safe. Destroying it shuts the server down (Shutdown() is idempotent).

@@ -1,8 +1,11 @@
 // The ps task binary: `ps_server --cluster_spec=cluster.json --task=ps:0` (or TF_CONFIG), with
-// --memory_budget=20G to bound the memory its tables may take and --checkpoint_root=DIR to confine
-// its checkpoints.
+// --memory_budget=20G to bound the memory its tables may take, --checkpoint_root=DIR to confine
+// its checkpoints, --max_ids_per_request and --max_large_requests to bound what one client can ask,
+// and the transport-security flags of cluster/security_flags.h.
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
+#include <algorithm>
 
 #include "absl/flags/flag.h"
 #include "cluster/task_main.h"
@@ -20,6 +23,14 @@ ABSL_FLAG(std::string, checkpoint_root, ".",
           "PERMISSION_DENIED. The job's --checkpoint_dir must lie under it. Default: the directory "
           "the ps was started in.");
 
+ABSL_FLAG(int64_t, max_ids_per_request, 16 << 20,
+          "The most ids one lookup or update may carry; more is refused with RESOURCE_EXHAUSTED "
+          "(a step's batch to one ps is thousands to a few million ids). 0: no limit.");
+ABSL_FLAG(int, max_large_requests, 0,
+          "Requests of 4 MiB or more served at once; more wait their turn (up to 30 s, then "
+          "RESOURCE_EXHAUSTED), so that no client can make the ps hold unbounded replies. "
+          "Default 0: twice the cores.");
+
 int main(int argc, char** argv) {
   return pstrain::RunTaskMain(
       argc, argv, "ps",
@@ -34,6 +45,18 @@ int main(int argc, char** argv) {
         options.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root);
         if (options.checkpoint_root.empty()) {
           return absl::InvalidArgumentError("--checkpoint_root is empty");
+        }
+        options.max_ids_per_request = absl::GetFlag(FLAGS_max_ids_per_request);
+        if (options.max_ids_per_request < 0) {
+          return absl::InvalidArgumentError("--max_ids_per_request is negative");
+        }
+        options.max_concurrent_large_requests = absl::GetFlag(FLAGS_max_large_requests);
+        if (options.max_concurrent_large_requests < 0) {
+          return absl::InvalidArgumentError("--max_large_requests is negative");
+        }
+        if (options.max_concurrent_large_requests == 0) {
+          options.max_concurrent_large_requests =
+              2 * static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
         }
         options.task_index = task_index;
         options.listen_address = listen;

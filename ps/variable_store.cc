@@ -7,6 +7,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "common/grpc_util.h"
 #include "common/status_macros.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -214,8 +215,20 @@ DynamicOpContext VariableStore::ContextLocked(int64_t step) const {
   return ctx;
 }
 
+absl::Status VariableStore::CheckIdCount(int64_t ids, absl::string_view what) const {
+  if (max_ids_per_request_ > 0 && ids > max_ids_per_request_) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(what, ": ", ids, " ids in one request, over this ps's limit of ",
+                     max_ids_per_request_, " (split the request)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<VariableStore::Target>> VariableStore::PlanLookup(
     const LookupRequest& request, bool* inserts) const {
+  int64_t ids = 0;
+  for (const LookupOp& op : request.ops()) ids += op.ids().size() / 8;
+  RETURN_IF_ERROR(CheckIdCount(ids, "lookup"));
   ASSIGN_OR_RETURN(std::vector<Target> targets, FindTargets(request.ops()));
   *inserts = false;
   for (int i = 0; i < request.ops_size(); ++i) {
@@ -273,15 +286,22 @@ namespace {
 
 // Writes a message of one length-delimited field 1 per entry of `lengths` (LookupResponse and
 // ReadResponse: `repeated bytes values = 1`) into one buffer from `allocate`; returns where each
-// value's bytes go.
-std::vector<char*> LayOutValuesMessage(const std::vector<uint64_t>& lengths,
-                                       const std::function<char*(size_t bytes)>& allocate) {
+// value's bytes go. Errors: kResourceExhausted for a reply over kMaxMessageBytes (nothing is
+// allocated then: gRPC would refuse to send it anyway).
+absl::StatusOr<std::vector<char*>> LayOutValuesMessage(
+    const std::vector<uint64_t>& lengths, const std::function<char*(size_t bytes)>& allocate,
+    absl::string_view what) {
   using google::protobuf::internal::WireFormatLite;
   using google::protobuf::io::CodedOutputStream;
   constexpr uint8_t kValuesTag =
       WireFormatLite::MakeTag(1, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
-  size_t total = 0;
+  uint64_t total = 0;
   for (uint64_t length : lengths) total += 1 + CodedOutputStream::VarintSize64(length) + length;
+  if (total > static_cast<uint64_t>(kMaxMessageBytes)) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(what, ": the reply would be ", total, " bytes, over the ", kMaxMessageBytes,
+                     "-byte message limit (ask for fewer rows per request)"));
+  }
   uint8_t* out = reinterpret_cast<uint8_t*>(allocate(total));
   std::vector<char*> values(lengths.size());
   for (size_t i = 0; i < lengths.size(); ++i) {
@@ -303,7 +323,8 @@ absl::Status VariableStore::LookupSerialized(
   for (int i = 0; i < request.ops_size(); ++i) {
     lengths[i] = request.ops(i).ids().size() / 8 * targets[i].row_bytes();
   }
-  const std::vector<char*> values = LayOutValuesMessage(lengths, allocate);
+  ASSIGN_OR_RETURN(const std::vector<char*> values,
+                   LayOutValuesMessage(lengths, allocate, "lookup"));
   return RunLookup(request, targets, inserts, [&](int i) { return values[i]; });
 }
 
@@ -324,7 +345,8 @@ absl::StatusOr<VariableStore::ReadPlan> VariableStore::PlanRead(
 absl::Status VariableStore::ReadSerialized(
     const ReadRequest& request, const std::function<char*(size_t bytes)>& allocate) const {
   ASSIGN_OR_RETURN(const ReadPlan plan, PlanRead(request));
-  const std::vector<char*> values = LayOutValuesMessage(plan.bytes, allocate);
+  ASSIGN_OR_RETURN(const std::vector<char*> values,
+                   LayOutValuesMessage(plan.bytes, allocate, "read"));
   for (int i = 0; i < request.ops_size(); ++i) {
     plan.shards[i]->Read(plan.ranges[i].first, plan.ranges[i].second, values[i]);
   }
@@ -353,6 +375,9 @@ absl::Status VariableStore::UpdateWire(const std::vector<absl::string_view>& mes
 }
 
 absl::Status VariableStore::Update(const std::vector<UpdateOpView>& ops, int64_t step) {
+  int64_t ids = 0;
+  for (const UpdateOpView& op : ops) ids += op.ids.size() / 8;
+  RETURN_IF_ERROR(CheckIdCount(ids, "update"));
   absl::ReaderMutexLock gate(&update_gate_);
   ASSIGN_OR_RETURN(const std::vector<Target> targets, FindTargets(ops));
   for (size_t i = 0; i < ops.size(); ++i) {

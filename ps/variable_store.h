@@ -33,6 +33,10 @@ class VariableStore {
   // `memory_budget_bytes`: the ps's memory budget (0: none), see ps/memory_budget.h.
   explicit VariableStore(int data_threads = -1, int64_t memory_budget_bytes = 0);
 
+  // The most ids one Lookup or Update may carry, over all its ops (0: no limit); more is
+  // kResourceExhausted saying so. Call before serving.
+  void set_max_ids_per_request(int64_t ids) { max_ids_per_request_ = ids; }
+
   // Creates every shard, or none. A shard that exists with the same definition is left as it is
   // (created[i] = false). Errors: kInvalidArgument (bad definition, same name twice in the request,
   // a shard that disagrees with another shard of its variable held here: says which field),
@@ -103,6 +107,7 @@ class VariableStore {
   template <typename Ops>
   absl::StatusOr<std::vector<Target>> FindTargets(const Ops& ops) const;
   // Validates a lookup request: its targets, and whether any op inserts into a dynamic table.
+  absl::Status CheckIdCount(int64_t ids, absl::string_view what) const;
   absl::StatusOr<std::vector<Target>> PlanLookup(const LookupRequest& request,
                                                  bool* inserts) const;
   // Runs a validated lookup into one buffer per op (out(i)).
@@ -121,6 +126,7 @@ class VariableStore {
 
   std::unique_ptr<ThreadPool> pool_;  // null: no helper threads
   MemoryBudget budget_;
+  int64_t max_ids_per_request_ = 0;  // 0: no limit
 
   // Updates and training lookups of dynamic tables hold it shared; a save or a restore's swap
   // holds it exclusively.

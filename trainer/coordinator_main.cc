@@ -25,6 +25,7 @@
 #include "absl/time/time.h"
 #include "common/byte_size.h"
 #include "common/logging.h"
+#include "cluster/security_flags.h"
 #include "cluster/spec_flag.h"
 #include "absl/time/clock.h"
 #include "coordinator/cluster_coordinator.h"
@@ -343,6 +344,10 @@ int main(int argc, char** argv) {
   // Under `bazel run`, relative paths (data/, runs/) mean the user's directory, not the runfiles.
   if (const char* dir = std::getenv("BUILD_WORKING_DIRECTORY"); dir != nullptr && *dir != '\0') {
     if (::chdir(dir) != 0) std::fprintf(stderr, "warning: can't chdir to %s\n", dir);
+  }
+  if (absl::Status security = pstrain::ApplySecurityFlags(); !security.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(security.message()).c_str());
+    return 2;
   }
   return pstrain::Run();
 }

@@ -1,0 +1,61 @@
+// A gRPC service served from raw bytes. Every unary method of a proto service goes to one handler
+// with the request's received bytes, so the server parses them itself:
+// - a request that doesn't parse is answered INVALID_ARGUMENT "<Method>: malformed request"
+//   (gRPC's typed handlers answer it with a bare code and no message);
+// - the data path can read big fields in place (common/wire_reader.h);
+// - the same handler runs without gRPC, which is how the fuzz targets drive it (tests/fuzz/);
+// - the shared token (common/transport_security.h) is checked in one place, before any handler.
+#ifndef PSTRAIN_COMMON_RAW_SERVICE_H_
+#define PSTRAIN_COMMON_RAW_SERVICE_H_
+
+#include <deque>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message_lite.h"
+#include "grpcpp/impl/service_type.h"
+
+namespace pstrain {
+
+// Where a handler writes its reply: `allocate(bytes)` (called at most once) returns memory for
+// exactly `bytes` bytes of the reply's wire format. Not calling it replies with zero bytes.
+using ReplyAllocator = std::function<char*(size_t bytes)>;
+
+// Serves one call of the service's method number `method` (its index in the service descriptor)
+// on `request`, the received bytes in pieces.
+using RawHandler = std::function<absl::Status(
+    int method, const std::vector<absl::string_view>& request, const ReplyAllocator& reply)>;
+
+// Runs `work` for a call of method `method`: inline on gRPC's callback thread (the default), or
+// handed to a pool for methods that block.
+using RawRunner = std::function<void(int method, std::function<void()> work)>;
+
+class RawUnaryService : public grpc::Service {
+ public:
+  // `service`: the proto service whose methods (all unary) this serves. `runner` may be empty.
+  RawUnaryService(const google::protobuf::ServiceDescriptor* service, RawHandler handler,
+                  RawRunner runner = nullptr);
+
+ private:
+  std::deque<std::string> paths_;  // "/package.Service/Method"; gRPC keeps pointers to them
+};
+
+// The proto service named `full_name` ("pstrain.PsService"), from the generated descriptors.
+// Aborts if it isn't linked in (a build error, not input).
+const google::protobuf::ServiceDescriptor* FindService(absl::string_view full_name);
+
+// Parses `request` into `message`. Errors: kInvalidArgument "<method>: malformed request (not a
+// <Type>)" when the bytes are not that message's wire format.
+absl::Status ParseRequest(const std::vector<absl::string_view>& request, absl::string_view method,
+                          google::protobuf::MessageLite* message);
+
+// Writes `message` through `reply`. Errors: kResourceExhausted for a reply of 2 GiB or more.
+absl::Status WriteReply(const google::protobuf::MessageLite& message, const ReplyAllocator& reply);
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_COMMON_RAW_SERVICE_H_

@@ -1,0 +1,174 @@
+#include "ps/ps_service_handlers.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "common/wire_reader.h"
+#include "proto/ps_service.pb.h"
+
+namespace pstrain {
+namespace {
+
+// A typed method: parse Request, run `serve`, write Response.
+template <typename Request, typename Response, typename Serve>
+std::function<absl::Status(const std::vector<absl::string_view>&, const ReplyAllocator&)> Typed(
+    std::string name, Serve serve) {
+  return [name = std::move(name), serve](const std::vector<absl::string_view>& bytes,
+                                         const ReplyAllocator& reply) -> absl::Status {
+    Request request;
+    RETURN_IF_ERROR(ParseRequest(bytes, name, &request));
+    Response response;
+    RETURN_IF_ERROR(serve(request, &response));
+    return WriteReply(response, reply);
+  };
+}
+
+}  // namespace
+
+const google::protobuf::ServiceDescriptor* PsServiceHandlers::Service() {
+  static const google::protobuf::ServiceDescriptor* service = FindService("pstrain.PsService");
+  return service;
+}
+
+PsServiceHandlers::PsServiceHandlers(const PsServiceLimits& limits, CheckpointRoot root)
+    : max_large_(limits.max_concurrent_large_requests),
+      store_(limits.data_threads, limits.memory_budget_bytes), root_(std::move(root)) {
+  store_.set_max_ids_per_request(limits.max_ids_per_request);
+  for (int m = 0; m < Service()->method_count(); ++m) {
+    methods_.push_back(Bind(Service()->method(m)->name()));
+  }
+}
+
+absl::Status PsServiceHandlers::Serve(int method, const std::vector<absl::string_view>& request,
+                                      const ReplyAllocator& reply) {
+  if (method < 0 || method >= static_cast<int>(methods_.size())) {
+    return absl::UnimplementedError(absl::StrCat("PsService has no method number ", method));
+  }
+  const size_t bytes = WireReader::SizeOf(request);
+  if (max_large_ <= 0 || bytes < PsServiceLimits::kLargeRequestBytes) {
+    return methods_[method](request, reply);
+  }
+  RETURN_IF_ERROR(EnterLarge(Service()->method(method)->name(), bytes));
+  absl::Status status = methods_[method](request, reply);
+  LeaveLarge();
+  return status;
+}
+
+absl::Status PsServiceHandlers::EnterLarge(absl::string_view method, size_t bytes) {
+  absl::MutexLock lock(&large_mu_);
+  auto turn = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(large_mu_) {
+    return large_in_flight_ < max_large_;
+  };
+  if (!large_mu_.AwaitWithTimeout(absl::Condition(&turn),
+                                  PsServiceLimits::kLargeRequestWait)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        method, ": a request of ", bytes, " bytes waited ",
+        absl::FormatDuration(PsServiceLimits::kLargeRequestWait), " behind ", max_large_,
+        " large requests in flight (this ps's limit); retry later"));
+  }
+  ++large_in_flight_;
+  return absl::OkStatus();
+}
+
+void PsServiceHandlers::LeaveLarge() {
+  absl::MutexLock lock(&large_mu_);
+  --large_in_flight_;
+}
+
+PsServiceHandlers::Method PsServiceHandlers::Bind(absl::string_view name) {
+  const std::string n(name);
+  if (name == "Health") {
+    return Typed<HealthRequest, HealthResponse>(
+        n, [this](const HealthRequest&, HealthResponse* response) {
+          identity_.Get().ToHealthResponse(response);
+          return absl::OkStatus();
+        });
+  }
+  if (name == "CreateShards") {
+    return Typed<CreateShardsRequest, CreateShardsResponse>(
+        n, [this](const CreateShardsRequest& request, CreateShardsResponse* response) {
+          std::vector<VariableShardDef> defs(request.shards().begin(), request.shards().end());
+          ASSIGN_OR_RETURN(std::vector<bool> created, store_.CreateShards(defs));
+          for (bool c : created) response->add_created(c);
+          return absl::OkStatus();
+        });
+  }
+  if (name == "ListShards") {
+    return Typed<ListShardsRequest, ListShardsResponse>(
+        n, [this](const ListShardsRequest&, ListShardsResponse* response) {
+          for (VariableShardDef& def : store_.ListShards()) *response->add_shards() = std::move(def);
+          for (DynamicShardStats& stats : store_.DynamicStats()) {
+            *response->add_dynamic_stats() = std::move(stats);
+          }
+          return absl::OkStatus();
+        });
+  }
+  if (name == "Export") {
+    return Typed<ExportRequest, ExportResponse>(
+        n, [this](const ExportRequest& request, ExportResponse* response) {
+          return store_.Export(request, response);
+        });
+  }
+  // The data path: Lookup's and Read's replies are written in protobuf's wire format straight into
+  // the reply's memory (VariableStore::LookupSerialized, ReadSerialized), and Update's request is
+  // applied from the received pieces (VariableStore::UpdateWire). They run inline on gRPC's
+  // callback threads: the work is memory-bound and short, and a hand-off would only add a wake-up.
+  if (name == "Lookup") {
+    return [this, n](const std::vector<absl::string_view>& bytes, const ReplyAllocator& reply) {
+      LookupRequest request;
+      RETURN_IF_ERROR(ParseRequest(bytes, n, &request));
+      return store_.LookupSerialized(request, reply);
+    };
+  }
+  if (name == "Read") {
+    return [this, n](const std::vector<absl::string_view>& bytes, const ReplyAllocator& reply) {
+      ReadRequest request;
+      RETURN_IF_ERROR(ParseRequest(bytes, n, &request));
+      return store_.ReadSerialized(request, reply);
+    };
+  }
+  if (name == "Update") {
+    return [this](const std::vector<absl::string_view>& bytes, const ReplyAllocator&) {
+      return store_.UpdateWire(bytes);  // UpdateResponse has no fields: zero bytes
+    };
+  }
+  // Checkpoint calls run long (disk I/O), on gRPC's callback thread too: the ps has nothing else
+  // to do meanwhile (the coordinator pauses training around them). Every database they name must
+  // lie under the checkpoint root.
+  if (name == "SaveShards") {
+    return Typed<SaveShardsRequest, SaveShardsResponse>(
+        n, [this](const SaveShardsRequest& request, SaveShardsResponse* response) {
+          ASSIGN_OR_RETURN(std::string db_path, root_.Confine(request.db_path()));
+          SaveShardsRequest confined = request;
+          confined.set_db_path(db_path);
+          ASSIGN_OR_RETURN(*response, store_.SaveShards(confined));
+          return absl::OkStatus();
+        });
+  }
+  if (name == "RestoreShards") {
+    return Typed<RestoreShardsRequest, RestoreShardsResponse>(
+        n, [this](const RestoreShardsRequest& request, RestoreShardsResponse* response) {
+          RestoreShardsRequest confined = request;
+          for (RestoreShardOp& op : *confined.mutable_ops()) {
+            for (CheckpointSource& source : *op.mutable_sources()) {
+              ASSIGN_OR_RETURN(std::string db_path, root_.Confine(source.db_path()));
+              source.set_db_path(db_path);
+            }
+          }
+          ASSIGN_OR_RETURN(*response, store_.RestoreShards(confined));
+          return absl::OkStatus();
+        });
+  }
+  if (name == "CommitRestore") {
+    return Typed<CommitRestoreRequest, CommitRestoreResponse>(
+        n, [this](const CommitRestoreRequest& request, CommitRestoreResponse*) {
+          return store_.CommitRestore(request.restore_id(), request.abort());
+        });
+  }
+  return [n](const std::vector<absl::string_view>&, const ReplyAllocator&) {
+    return absl::UnimplementedError(absl::StrCat("PsService.", n, " is not served by this ps"));
+  };
+}
+
+}  // namespace pstrain
