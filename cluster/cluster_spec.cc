@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/grpc_util.h"
+#include "common/json_parse.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -121,18 +122,9 @@ absl::StatusOr<ClusterSpec> ClusterSpec::Create(Jobs jobs, std::optional<TaskRef
 }
 
 absl::StatusOr<ClusterSpec> ClusterSpec::FromJson(absl::string_view json_text) {
-  Json root = Json::parse(json_text.begin(), json_text.end(), /*cb=*/nullptr,
-                          /*allow_exceptions=*/false);
-  if (root.is_discarded()) {
-    // Parse again with exceptions only to get the parser's position in the message.
-    std::string detail = "syntax error";
-    try {
-      (void)Json::parse(json_text.begin(), json_text.end());
-    } catch (const Json::parse_error& e) {
-      detail = e.what();
-    }
-    return Invalid(absl::StrCat("not valid JSON: ", detail));
-  }
+  absl::StatusOr<Json> parsed = ParseJson(json_text);
+  if (!parsed.ok()) return Invalid(std::string(parsed.status().message()));
+  const Json& root = *parsed;
   if (!root.is_object()) return Invalid("top level must be a JSON object");
   for (const auto& [key, value] : root.items()) {
     if (key != "cluster" && key != "task" && key != "environment" && key != "rpc_layer") {

@@ -32,6 +32,12 @@ const DatasetFn* ClosureRegistry::FindDataset(const std::string& name) const {
   return it == datasets_.end() ? nullptr : &it->second;
 }
 
+std::vector<std::string> ClosureRegistry::dataset_names() const {
+  std::vector<std::string> names;
+  for (const auto& [name, fn] : datasets_) names.push_back(name);
+  return names;
+}
+
 std::vector<std::string> ClosureRegistry::closure_names() const {
   std::vector<std::string> names;
   for (const auto& [name, fn] : closures_) names.push_back(name);

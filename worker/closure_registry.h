@@ -59,6 +59,7 @@ class ClosureRegistry {
   const ClosureFn* FindClosure(const std::string& name) const;
   const DatasetFn* FindDataset(const std::string& name) const;
   std::vector<std::string> closure_names() const;
+  std::vector<std::string> dataset_names() const;
 
  private:
   std::map<std::string, ClosureFn> closures_;

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "common/json_parse.h"
 #include "ps/optimizers.h"
 
 namespace pstrain {
@@ -451,11 +452,11 @@ int Spec::FeatureIndex(absl::string_view name) const {
 }
 
 absl::StatusOr<Spec> ParseSpec(absl::string_view json_text, const std::string& path) {
-  const Json j = Json::parse(json_text.begin(), json_text.end(), nullptr,
-                             /*allow_exceptions=*/false, /*ignore_comments=*/true);
-  if (j.is_discarded()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON"));
+  absl::StatusOr<Json> parsed = ParseJson(json_text, /*ignore_comments=*/true);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", parsed.status().message()));
   }
+  const Json& j = *parsed;
   Object o(j, "", &path);
   if (!j.is_object()) return o.Error("", "must be a JSON object");
   Spec s;

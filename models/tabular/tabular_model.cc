@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/byte_size.h"
+#include "common/json_parse.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "models/batches.h"
@@ -862,10 +863,12 @@ absl::Status RegisterTabular(ClosureRegistry* registry) {
       [](int worker_index, int /*num_workers*/,
          absl::Span<const Tensor> args) -> absl::StatusOr<std::unique_ptr<Dataset>> {
         ASSIGN_OR_RETURN(std::string text, StringArg(args, 0, kData));
-        const nlohmann::json job = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-        if (job.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(kData, ": not JSON"));
+        absl::StatusOr<nlohmann::json> job = ParseJson(text);
+        if (!job.ok()) {
+          return absl::InvalidArgumentError(absl::StrCat(kData, ": ", job.status().message()));
+        }
         ASSIGN_OR_RETURN(std::unique_ptr<TabularResource> r,
-                         TabularResource::Create(worker_index, job));
+                         TabularResource::Create(worker_index, *job));
         return std::unique_ptr<Dataset>(std::move(r));
       });
 }
