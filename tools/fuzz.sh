@@ -33,7 +33,7 @@ bazel_fuzz=(bazel --output_base="$output_base")
 labels=()
 for t in "${targets[@]}"; do labels+=("//tests/fuzz:$t"); done
 echo "fuzz: building ${#targets[@]} targets with clang-14 + libFuzzer"
-if ! "${bazel_fuzz[@]}" build --config=fuzz "${labels[@]}"; then
+if ! "${bazel_fuzz[@]}" build --config=fuzz --symlink_prefix=/ "${labels[@]}"; then
   echo "fuzz: build failed" >&2
   exit 2
 fi

@@ -10,8 +10,10 @@ PACKAGES=(
   libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
   libabsl-dev librocksdb-dev libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev zlib1g-dev libssl-dev
-  # tools used by scripts and tests
-  iproute2 procps
+  # tools used by scripts and tests: openssl makes the TLS tests' certificates (tools/make_certs.sh)
+  iproute2 procps openssl
+  # fuzzing (tools/fuzz.sh): clang with libFuzzer and the sanitizers' runtimes
+  clang-14 libfuzzer-14-dev libclang-rt-14-dev
 )
 
 SUDO=""

@@ -22,12 +22,12 @@ def pstrain_fuzz_target(name, srcs, deps = [], data = [], size = "small"):
         name = name,
         testonly = 1,
         deps = [":" + name + "_lib"] + select({
-            "//tests/fuzz:fuzzing": [],
+            "//:fuzzing": [],
             "//conditions:default": ["//tests/fuzz:replay_main"],
         }),
         data = data,
         linkopts = select({
-            "//tests/fuzz:fuzzing": ["-fsanitize=fuzzer"],
+            "//:fuzzing": ["-fsanitize=fuzzer"],
             "//conditions:default": [],
         }),
     )
