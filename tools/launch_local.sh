@@ -3,22 +3,28 @@
 # runs the coordinator against it, and stops every process it started when the job ends or when
 # this script is interrupted.
 #
-#   tools/launch_local.sh [--workers=N] [--ps=M] [-- coordinator flags...]
+#   tools/launch_local.sh [--workers=N] [--ps=M] [--tls] [--token] [-- coordinator flags...]
 #
-# The spec is written to $PSTRAIN_RUN_DIR/cluster.json (default: a new temp dir), and each task's
-# log to $PSTRAIN_RUN_DIR/<task>.log.
+# --tls: every task and the coordinator speak mutual TLS, with a CA and certificate made for the
+# run by tools/make_certs.sh; --token: every call carries a random shared token (--auth_token_file).
+# Tasks listen on localhost only. The spec is written to $PSTRAIN_RUN_DIR/cluster.json (default: a
+# new temp dir), and each task's log to $PSTRAIN_RUN_DIR/<task>.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 workers=2
 ps=2
 coordinator_args=()
+tls=0
+token=0
 while (( $# > 0 )); do
   case "$1" in
     --workers=*) workers="${1#*=}" ;;
     --ps=*) ps="${1#*=}" ;;
+    --tls) tls=1 ;;
+    --token) token=1 ;;
     --) shift; coordinator_args=("$@"); break ;;
-    *) echo "launch_local: unknown argument '$1' (expected --workers=N, --ps=M, -- coordinator flags)" >&2; exit 2 ;;
+    *) echo "launch_local: unknown argument '$1' (expected --workers=N, --ps=M, --tls, --token, -- coordinator flags)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -54,6 +60,18 @@ cat >"$spec" <<JSON
 JSON
 echo "launch_local: cluster spec $spec; logs in $run_dir"
 
+# Flags every process gets: where it listens, and its transport security.
+common=()
+if (( tls )); then
+  bash tools/make_certs.sh "$run_dir/certs" >/dev/null
+  common+=(--tls_cert="$run_dir/certs/task.pem" --tls_key="$run_dir/certs/task.key"
+           --tls_ca="$run_dir/certs/ca.pem")
+fi
+if (( token )); then
+  (umask 077 && openssl rand -hex 32 >"$run_dir/token")
+  common+=(--auth_token_file="$run_dir/token")
+fi
+
 pids=()
 cleanup() {
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
@@ -63,16 +81,19 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 for ((i = 0; i < ps; i++)); do
-  "$bin/ps/ps_server" --cluster_spec="$spec" --task="ps:$i" >"$run_dir/ps$i.log" 2>&1 &
+  "$bin/ps/ps_server" --cluster_spec="$spec" --task="ps:$i" --bind_host=localhost \
+    ${common[@]+"${common[@]}"} >"$run_dir/ps$i.log" 2>&1 &
   pids+=("$!")
 done
 for ((i = 0; i < workers; i++)); do
-  "$bin/trainer/worker_server" --cluster_spec="$spec" --task="worker:$i" >"$run_dir/worker$i.log" 2>&1 &
+  "$bin/trainer/worker_server" --cluster_spec="$spec" --task="worker:$i" --bind_host=localhost \
+    ${common[@]+"${common[@]}"} >"$run_dir/worker$i.log" 2>&1 &
   pids+=("$!")
 done
 
 set +e
-"$bin/trainer/coordinator" --cluster_spec="$spec" "${coordinator_args[@]}"
+"$bin/trainer/coordinator" --cluster_spec="$spec" ${common[@]+"${common[@]}"} \
+  ${coordinator_args[@]+"${coordinator_args[@]}"}
 rc=$?
 set -e
 exit "$rc"
