@@ -30,8 +30,13 @@ class WireReader {
   absl::Status ReadBytes(std::vector<absl::string_view>* out);
   // The same, copied into one string (for short fields such as names).
   absl::Status ReadString(std::string* out);
-  // Skips a field of `wire_type` (unknown fields). Groups (wire types 3, 4) are errors.
-  absl::Status Skip(int wire_type);
+  // Skips field `field` of `wire_type` (an unknown field, as protobuf's parser does): a group
+  // (wire type 3) up to its matching end, nested at most kMaxGroupDepth deep. An end-group tag
+  // (wire type 4) with no group open, and wire types 6 and 7, are errors.
+  absl::Status Skip(int field, int wire_type);
+
+  // Protobuf's default recursion limit.
+  static constexpr int kMaxGroupDepth = 100;
 
   // The total size of `pieces`.
   static size_t SizeOf(const std::vector<absl::string_view>& pieces);
@@ -39,6 +44,8 @@ class WireReader {
  private:
   bool NextPiece();
   absl::Status Error(absl::string_view problem) const;
+  absl::Status SkipFixed(uint64_t bytes);
+  absl::Status SkipGroup(int field, int depth);
 
   const std::vector<absl::string_view>* pieces_;
   std::string what_;

@@ -48,10 +48,10 @@ TEST(WireReaderTest, ReadsEveryFieldWhereverThePiecesAreCut) {
     }
     ASSERT_TRUE(reader.ReadTag(&field, &type).ok());
     EXPECT_EQ(field, 9);
-    ASSERT_TRUE(reader.Skip(type).ok());
+    ASSERT_TRUE(reader.Skip(field, type).ok());
     ASSERT_TRUE(reader.ReadTag(&field, &type).ok());
     EXPECT_EQ(field, 3);
-    ASSERT_TRUE(reader.Skip(type).ok());
+    ASSERT_TRUE(reader.Skip(field, type).ok());
     ASSERT_TRUE(reader.ReadTag(&field, &type).ok());
     EXPECT_EQ(field, 4);
     std::string s = "old";
@@ -85,7 +85,7 @@ TEST(WireReaderTest, EveryTruncationIsAnErrorNamingTheMessage) {
     while (status.ok() && !reader.Done()) {
       int field = 0, type = 0;
       status = reader.ReadTag(&field, &type);
-      if (status.ok()) status = reader.Skip(type);
+      if (status.ok()) status = reader.Skip(field, type);
     }
     const bool at_field_end =
         std::find(field_ends.begin(), field_ends.end(), len) != field_ends.end();
@@ -100,6 +100,26 @@ TEST(WireReaderTest, EveryTruncationIsAnErrorNamingTheMessage) {
   }
 }
 
+TEST(WireReaderTest, GroupsAreSkippedAsProtobufSkipsThem) {
+  // field 1: a group holding a varint, a nested group 2 and a string; then field 3 = 7.
+  const std::string message("\x0b\x08\x05\x13\x10\x01\x14\x1a\x02hi\x0c\x18\x07", 14);
+  for (size_t cut = 0; cut <= message.size(); ++cut) {
+    const std::vector<absl::string_view> pieces = {absl::string_view(message).substr(0, cut),
+                                                   absl::string_view(message).substr(cut)};
+    WireReader reader(&pieces, "m");
+    int field = 0, type = 0;
+    ASSERT_TRUE(reader.ReadTag(&field, &type).ok());
+    ASSERT_EQ(type, 3);
+    ASSERT_TRUE(reader.Skip(field, type).ok()) << cut;
+    ASSERT_TRUE(reader.ReadTag(&field, &type).ok());
+    EXPECT_EQ(field, 3);
+    uint64_t v = 0;
+    ASSERT_TRUE(reader.ReadVarint(&v).ok());
+    EXPECT_EQ(v, 7u);
+    EXPECT_TRUE(reader.Done());
+  }
+}
+
 TEST(WireReaderTest, BadTagsAndGroupsAreErrors) {
   int field = 0, type = 0;
   {
@@ -109,14 +129,46 @@ TEST(WireReaderTest, BadTagsAndGroupsAreErrors) {
     EXPECT_EQ(reader.ReadTag(&field, &type).code(), absl::StatusCode::kInvalidArgument);
   }
   {
-    const std::string group = "\x0b";  // field 1, start group
-    const std::vector<absl::string_view> pieces = {group};
+    const std::string end = "\x0c";  // field 1, end of group, with none open
+    const std::vector<absl::string_view> pieces = {end};
     WireReader reader(&pieces, "m");
     ASSERT_TRUE(reader.ReadTag(&field, &type).ok());
-    EXPECT_EQ(type, 3);
-    const absl::Status s = reader.Skip(type);
+    const absl::Status s = reader.Skip(field, type);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(s.message().find("wire type 3"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("no group open"), std::string::npos) << s.message();
+  }
+  for (const std::string& unclosed : {std::string("\x0b\x08\x01"), std::string("\x0b\x14")}) {
+    const std::vector<absl::string_view> pieces = {unclosed};  // never closed; closed by group 2
+    WireReader reader(&pieces, "m");
+    ASSERT_TRUE(reader.ReadTag(&field, &type).ok());
+    EXPECT_EQ(reader.Skip(field, type).code(), absl::StatusCode::kInvalidArgument);
+  }
+  {
+    std::string deep;  // groups nested one deeper than protobuf's recursion limit
+    for (int i = 0; i <= WireReader::kMaxGroupDepth; ++i) deep += "\x0b";
+    for (int i = 0; i <= WireReader::kMaxGroupDepth; ++i) deep += "\x0c";
+    const std::vector<absl::string_view> pieces = {deep};
+    WireReader reader(&pieces, "m");
+    ASSERT_TRUE(reader.ReadTag(&field, &type).ok());
+    const absl::Status s = reader.Skip(field, type);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("nested"), std::string::npos) << s.message();
+  }
+  {
+    const std::string long_tag("\x88\x80\x80\x80\x80\x01", 6);  // 6 bytes: protobuf refuses it
+    const std::vector<absl::string_view> pieces = {long_tag};
+    WireReader reader(&pieces, "m");
+    EXPECT_EQ(reader.ReadTag(&field, &type).code(), absl::StatusCode::kInvalidArgument);
+  }
+  {
+    // 5 bytes whose last has bits past 32: protobuf keeps the low 32 bits, so does the reader.
+    const std::string wide_tag("\xf5\x9a\x92\xfa\x2f", 5);
+    const std::vector<absl::string_view> pieces = {wide_tag};
+    WireReader reader(&pieces, "m");
+    ASSERT_TRUE(reader.ReadTag(&field, &type).ok());
+    const uint32_t tag = 0x75u | 0x1au << 7 | 0x12u << 14 | 0x7au << 21 | 0xfu << 28;
+    EXPECT_EQ(field, static_cast<int>(tag >> 3));
+    EXPECT_EQ(type, 5);
   }
   {
     const std::string long_varint(11, '\xff');

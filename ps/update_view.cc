@@ -13,11 +13,16 @@ namespace {
 constexpr int kVarint = 0;
 constexpr int kLengthDelimited = 2;
 
-// One field of the expected wire type, or an error naming it.
-absl::Status Expect(int wire_type, int want, absl::string_view field) {
-  if (wire_type == want) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("malformed UpdateRequest: field ", field,
-                                                 " has wire type ", wire_type, ", not ", want));
+// The wire type each field of UpdateOp is written with; a known field number with another wire
+// type is an unknown field, skipped, as protobuf's own parser does.
+int OpWireType(int field) {
+  switch (field) {
+    case 2:  // kind
+    case 6:  // dtype
+      return kVarint;
+    default:  // shard, ids, range, values
+      return kLengthDelimited;
+  }
 }
 
 absl::Status ParseRange(const std::vector<absl::string_view>& pieces, RowRange* range) {
@@ -34,7 +39,7 @@ absl::Status ParseRange(const std::vector<absl::string_view>& pieces, RowRange* 
         range->set_row_end(static_cast<int64_t>(v));
       }
     } else {
-      RETURN_IF_ERROR(reader.Skip(type));
+      RETURN_IF_ERROR(reader.Skip(field, type));
     }
   }
   return absl::OkStatus();
@@ -47,18 +52,19 @@ absl::Status ParseOp(const std::vector<absl::string_view>& pieces, UpdateOpView*
     int field = 0, type = 0;
     RETURN_IF_ERROR(reader.ReadTag(&field, &type));
     uint64_t v = 0;
+    if (type != OpWireType(field)) {
+      RETURN_IF_ERROR(reader.Skip(field, type));
+      continue;
+    }
     switch (field) {
       case 1:  // shard
-        RETURN_IF_ERROR(Expect(type, kLengthDelimited, "UpdateOp.shard"));
         RETURN_IF_ERROR(reader.ReadString(&op->shard_name));
         break;
       case 2:  // kind
-        RETURN_IF_ERROR(Expect(type, kVarint, "UpdateOp.kind"));
         RETURN_IF_ERROR(reader.ReadVarint(&v));
         op->kind = static_cast<UpdateOp::Kind>(static_cast<int32_t>(v));
         break;
       case 3:  // ids
-        RETURN_IF_ERROR(Expect(type, kLengthDelimited, "UpdateOp.ids"));
         RETURN_IF_ERROR(reader.ReadBytes(&bytes));
         op->sparse = true;
         op->range.Clear();
@@ -72,7 +78,6 @@ absl::Status ParseOp(const std::vector<absl::string_view>& pieces, UpdateOpView*
         }
         break;
       case 4:  // range
-        RETURN_IF_ERROR(Expect(type, kLengthDelimited, "UpdateOp.range"));
         RETURN_IF_ERROR(reader.ReadBytes(&bytes));
         op->sparse = false;
         op->ids = absl::string_view();
@@ -80,17 +85,15 @@ absl::Status ParseOp(const std::vector<absl::string_view>& pieces, UpdateOpView*
         RETURN_IF_ERROR(ParseRange(bytes, &op->range));
         break;
       case 5:  // values
-        RETURN_IF_ERROR(Expect(type, kLengthDelimited, "UpdateOp.values"));
         RETURN_IF_ERROR(reader.ReadBytes(&op->values));
         op->values_bytes = static_cast<int64_t>(WireReader::SizeOf(op->values));
         break;
       case 6:  // dtype
-        RETURN_IF_ERROR(Expect(type, kVarint, "UpdateOp.dtype"));
         RETURN_IF_ERROR(reader.ReadVarint(&v));
         op->dtype = static_cast<DataType>(static_cast<int32_t>(v));
         break;
       default:
-        RETURN_IF_ERROR(reader.Skip(type));
+        RETURN_IF_ERROR(reader.Skip(field, type));
     }
   }
   return absl::OkStatus();
@@ -113,11 +116,10 @@ absl::Status ParseUpdateRequest(const std::vector<absl::string_view>& message,
       if (step != nullptr) *step = static_cast<int64_t>(v);
       continue;
     }
-    if (field != 1) {
-      RETURN_IF_ERROR(reader.Skip(type));
+    if (field != 1 || type != kLengthDelimited) {
+      RETURN_IF_ERROR(reader.Skip(field, type));
       continue;
     }
-    RETURN_IF_ERROR(Expect(type, kLengthDelimited, "UpdateRequest.ops"));
     RETURN_IF_ERROR(reader.ReadBytes(&op_pieces));
     RETURN_IF_ERROR(ParseOp(op_pieces, &ops->emplace_back()));
   }

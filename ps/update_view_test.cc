@@ -134,11 +134,26 @@ TEST(UpdateViewTest, MalformedMessagesAreInvalidArgumentNamingUpdateRequest) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(s.message().find("UpdateRequest"), std::string::npos) << s.message();
   }
-  // ops as a varint instead of a message.
+  // An end of group with none open.
   std::vector<UpdateOpView> ops;
-  const absl::Status s = ParseUpdateRequest({std::string("\x08\x01", 2)}, &ops);
+  const absl::Status s = ParseUpdateRequest({std::string("\x0c", 1)}, &ops);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("UpdateRequest.ops"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("UpdateRequest"), std::string::npos) << s.message();
+}
+
+TEST(UpdateViewTest, AFieldOfAnotherWireTypeIsUnknownAsProtobufReadsIt) {
+  // ops as a varint, an op's shard as a fixed32 and a group in its place: protobuf keeps them as
+  // unknown fields, and so does the view.
+  const std::string message("\x08\x01\x0a\x0b\x0d\x01\x02\x03\x04\x0b\x08\x01\x0c\x10\x03", 15);
+  UpdateRequest parsed;
+  ASSERT_TRUE(parsed.ParseFromString(message));
+  ASSERT_EQ(parsed.ops_size(), 1);
+  std::vector<UpdateOpView> ops;
+  ASSERT_TRUE(ParseUpdateRequest({message}, &ops).ok());
+  ASSERT_EQ(ops.size(), 1u);
+  EXPECT_EQ(ops[0].shard_name, "");
+  EXPECT_EQ(ops[0].kind, parsed.ops(0).kind());
+  EXPECT_EQ(ops[0].kind, UpdateOp::Kind(3));
 }
 
 TEST(ValueRowsTest, EveryRowAtOneAddressWithItsBytesWhereverThePiecesAreCut) {

@@ -50,6 +50,42 @@ absl::StatusOr<bool> VectorDataset::Next(std::vector<Tensor>* element) {
   return true;
 }
 
+namespace {
+
+// The longest compute the "add_range" closure will simulate.
+constexpr int64_t kMaxSimulatedWorkUs = 60'000'000;
+
+// begin + ... + end-1, wrapping as int64 addition would (but without its undefined behaviour), in
+// constant time whatever the range's length.
+int64_t SumOfRange(int64_t begin, int64_t end) {
+  if (begin >= end) return 0;
+  using i128 = __int128;
+  const i128 n = static_cast<i128>(end) - begin;         // in [1, 2^64)
+  const i128 ends = static_cast<i128>(begin) + end - 1;  // first + last; even when n is odd
+  const i128 sum = n % 2 == 0 ? (n / 2) * ends : n * (ends / 2);
+  return static_cast<int64_t>(static_cast<uint64_t>(static_cast<unsigned __int128>(sum)));
+}
+
+// The integers [0, n) that worker `index` of `count` gets: index, index + count, ..., made one at a
+// time (n comes from a request: nothing is held for it).
+class RangeDataset : public Dataset {
+ public:
+  RangeDataset(int64_t n, int index, int count) : n_(n), next_(index), step_(count) {}
+  absl::StatusOr<bool> Next(std::vector<Tensor>* element) override {
+    if (next_ >= n_) return false;
+    *element = {Tensor::Scalar<int64_t>(next_)};
+    next_ = n_ - next_ <= step_ ? n_ : next_ + step_;
+    return true;
+  }
+
+ private:
+  const int64_t n_;
+  int64_t next_;
+  const int64_t step_;
+};
+
+}  // namespace
+
 absl::Status RegisterBuiltinClosures(ClosureRegistry* registry) {
   RETURN_IF_ERROR(registry->RegisterClosure(
       "noop", [](ClosureContext&, absl::Span<const Tensor>) -> absl::StatusOr<std::vector<Tensor>> {
@@ -70,11 +106,16 @@ absl::Status RegisterBuiltinClosures(ClosureRegistry* registry) {
         }
         const int64_t begin = args[0].scalar<int64_t>();
         const int64_t end = args[1].scalar<int64_t>();
-        if (args.size() > 2 && args[2].Is<int64_t>()) {
-          absl::SleepFor(absl::Microseconds(args[2].scalar<int64_t>()));  // simulated compute
+        if (args.size() > 2 && args[2].Is<int64_t>() && args[2].num_elements() == 1) {
+          const int64_t work_us = args[2].scalar<int64_t>();
+          if (work_us > kMaxSimulatedWorkUs) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("closure \"add_range\": work_us ", work_us, " is over the limit of ",
+                             kMaxSimulatedWorkUs));
+          }
+          absl::SleepFor(absl::Microseconds(work_us));  // simulated compute
         }
-        int64_t sum = 0;
-        for (int64_t i = begin; i < end; ++i) sum += i;
+        const int64_t sum = SumOfRange(begin, end);
         absl::StatusOr<ShardedVariable> total = ctx.ps->Variable(kSumJobVariable);
         if (!total.ok()) return total.status();
         const int64_t id = 0;
@@ -91,12 +132,12 @@ absl::Status RegisterBuiltinClosures(ClosureRegistry* registry) {
         if (args.empty() || !args[0].Is<int64_t>() || args[0].num_elements() != 1) {
           return absl::InvalidArgumentError("dataset \"range\" takes an int64 scalar n");
         }
-        const int64_t n = args[0].scalar<int64_t>();
-        std::vector<std::vector<Tensor>> elements;
-        for (int64_t i = worker_index; i < n; i += num_workers) {
-          elements.push_back({Tensor::Scalar<int64_t>(i)});
+        if (worker_index < 0 || num_workers <= 0 || worker_index >= num_workers) {
+          return absl::InvalidArgumentError(absl::StrCat("dataset \"range\": worker ", worker_index,
+                                                         " of ", num_workers));
         }
-        return std::unique_ptr<Dataset>(new VectorDataset(std::move(elements)));
+        return std::unique_ptr<Dataset>(
+            new RangeDataset(args[0].scalar<int64_t>(), worker_index, num_workers));
       }));
   return absl::OkStatus();
 }

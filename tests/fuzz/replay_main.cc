@@ -1,6 +1,9 @@
 // The suite's side of a fuzz target: runs every seed (FuzzSeeds) and every file under the paths
 // given (saved crash inputs, a corpus) through LLVMFuzzerTestOneInput once. A crash or a sanitizer
-// report fails the test; so does a target without seeds.
+// report fails the test; so does a target without seeds, and one whose peak memory passes the
+// limit tools/fuzz.sh gives libFuzzer (an out-of-memory finding kept as a regression fails here).
+#include <sys/resource.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +16,15 @@
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv);
 
 namespace {
+
+// tools/fuzz.sh's -rss_limit_mb.
+constexpr long kRssLimitMb = 2048;
+
+long PeakRssMb() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss / 1024;  // kilobytes on Linux
+}
 
 int Run(const std::string& input) {
   return LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(input.data()), input.size());
@@ -48,6 +60,12 @@ int main(int argc, char** argv) {
       ++files;
     }
   }
-  std::printf("replayed %zu seeds and %zu saved inputs\n", seeds.size(), files);
+  std::printf("replayed %zu seeds and %zu saved inputs, peak memory %ld MiB\n", seeds.size(),
+              files, PeakRssMb());
+  if (PeakRssMb() > kRssLimitMb) {
+    std::fprintf(stderr, "peak memory %ld MiB is over the fuzzers' limit of %ld MiB\n",
+                 PeakRssMb(), kRssLimitMb);
+    return 1;
+  }
   return 0;
 }
