@@ -45,7 +45,13 @@ for t in "${targets[@]}"; do
   seeds="$work/seeds/$t"
   crashes="$work/crashes/$t"
   mkdir -p "$corpus" "$seeds" "$crashes"
-  PSTRAIN_FUZZ_WRITE_SEEDS="$seeds" "$bin/tests/fuzz/$t" >/dev/null 2>&1
+  # The target writes its seeds (pstrain::FuzzSeeds) and exits; -runs=0 in case it didn't.
+  PSTRAIN_FUZZ_WRITE_SEEDS="$seeds" timeout 300 "$bin/tests/fuzz/$t" -runs=0 >/dev/null 2>&1
+  if [[ -z "$(ls -A "$seeds")" ]]; then
+    echo "fuzz: $t wrote no seeds" >&2
+    failed=1
+    continue
+  fi
   log="$work/$t.log"
   # -rss_limit_mb: a target using more memory than this is a finding (the targets give their ps a
   # 64 MiB budget); -timeout: an input taking longer is one too.

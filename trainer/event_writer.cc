@@ -11,12 +11,14 @@
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "common/crc32c.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "common/utf8.h"
 
 namespace pstrain {
 namespace {
@@ -78,6 +80,10 @@ class EventWriterImpl : public EventWriter {
   const std::string& path() const override { return path_; }
 
   absl::Status WriteScalar(absl::string_view tag, int64_t step, float value) override {
+    if (!IsValidUtf8(tag)) {
+      return absl::InvalidArgumentError(absl::StrCat("event tag \"", absl::CHexEscape(tag),
+                                                     "\" is not valid UTF-8"));
+    }
     tensorflow::Event event;
     event.set_wall_time(ToUnixSecondsDouble(options_.clock()));
     event.set_step(step);

@@ -54,7 +54,8 @@ class EventWriter {
   virtual const std::string& path() const = 0;
 
   // Appends an Event at `step` holding one Summary value {tag, simple_value: value}, stamped with
-  // the clock's time. Errors: kFailedPrecondition after Close(); otherwise as Flush.
+  // the clock's time. Errors: kInvalidArgument if `tag` is not valid UTF-8 (protobuf would not
+  // read it back); kFailedPrecondition after Close(); otherwise as Flush.
   virtual absl::Status WriteScalar(absl::string_view tag, int64_t step, float value) = 0;
 
   // Appends `event` as it is (wall_time is not filled in). Errors: as WriteScalar.

@@ -224,6 +224,21 @@ TEST_F(EventWriterTest, WriteScalar_ZeroBuffer_WrittenAtOnce) {
   EXPECT_EQ(events->size(), 2u);
 }
 
+TEST_F(EventWriterTest, WriteScalar_TagNotUtf8_InvalidArgumentAndFileStillReadable) {
+  EventWriterOptions options = FakeOptions();
+  options.buffer_bytes = 0;
+  absl::StatusOr<std::unique_ptr<EventWriter>> writer = EventWriter::Create(logdir_, options);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  const absl::Status bad = (*writer)->WriteScalar("loss\xf2\xf2", /*step=*/1, /*value=*/1.0f);
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.message()), HasSubstr("loss\\xf2\\xf2"));
+  ASSERT_TRUE((*writer)->WriteScalar("val/\xc3\xa9t\xc3\xa9", /*step=*/2, /*value=*/3.0f).ok());
+  absl::StatusOr<std::vector<tensorflow::Event>> events = ReadEventFile((*writer)->path());
+  ASSERT_TRUE(events.ok()) << events.status();
+  ASSERT_EQ(events->size(), 2u);
+  EXPECT_EQ((*events)[1].summary().value(0).tag(), "val/\xc3\xa9t\xc3\xa9");
+}
+
 TEST_F(EventWriterTest, Destructor_PendingWrites_Flushed) {
   std::string path;
   {

@@ -25,6 +25,7 @@ class Object {
  public:
   Object(const Json& j, std::string path, const std::string* file)
       : j_(j), path_(std::move(path)), file_(file) {
+    if (!j.is_object()) return;  // the caller reports it; a non-object has no keys to list
     for (auto it = j.begin(); it != j.end(); ++it) left_.insert(it.key());
   }
 

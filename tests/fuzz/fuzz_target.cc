@@ -11,13 +11,21 @@ namespace pstrain {
 
 const std::string& FuzzDir() {
   static const std::string* dir = [] {
+    // The test's own directory under Bazel; else memory (a campaign writes files per input).
     const char* base = std::getenv("TEST_TMPDIR");
-    std::string pattern = std::string(base != nullptr && *base != '\0' ? base : "/tmp") +
-                          "/pstrain_fuzz_XXXXXX";
+    std::error_code error;
+    const std::string root = base != nullptr && *base != '\0'                     ? base
+                             : std::filesystem::is_directory("/dev/shm", error) ? "/dev/shm"
+                                                                                 : "/tmp";
+    std::string pattern = root + "/pstrain_fuzz_XXXXXX";
     if (::mkdtemp(pattern.data()) == nullptr) {
       std::perror("mkdtemp");
       std::abort();
     }
+    std::atexit([] {
+      std::error_code ignored;
+      std::filesystem::remove_all(FuzzDir(), ignored);
+    });
     return new std::string(pattern);
   }();
   return *dir;
