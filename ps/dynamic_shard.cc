@@ -778,7 +778,7 @@ absl::Status DynamicShard::Lookup(absl::string_view keys_bytes, bool insert,
     SweepDueStripes(ctx);
   }
   std::vector<int64_t> keys(n);
-  std::memcpy(keys.data(), keys_bytes.data(), keys_bytes.size());
+  if (n > 0) std::memcpy(keys.data(), keys_bytes.data(), static_cast<size_t>(n) * 8);
   std::vector<uint64_t> hashes(n);
   std::vector<std::vector<int32_t>> by_stripe(kStripes);
   for (int64_t i = 0; i < n; ++i) {
@@ -853,7 +853,7 @@ absl::Status DynamicShard::Update(const UpdateOpView& op, const DynamicOpContext
   AdvanceStep(ctx.step);
   SweepDueStripes(ctx);
   std::vector<int64_t> keys(n);
-  std::memcpy(keys.data(), op.ids.data(), op.ids.size());
+  if (n > 0) std::memcpy(keys.data(), op.ids.data(), static_cast<size_t>(n) * 8);
   std::vector<uint64_t> hashes(n);
   std::vector<std::vector<int32_t>> by_stripe(kStripes);
   for (int64_t i = 0; i < n; ++i) {

@@ -124,7 +124,7 @@ TEST(PsServerTest, MalformedRequests_InvalidArgumentNamingTheMethod) {
   absl::StatusOr<std::unique_ptr<PsServer>> server = PsServer::Start(PsServerOptions());
   ASSERT_TRUE(server.ok()) << server.status();
   // A field 1 of wire type 2 whose length runs past the end: no message parses it.
-  const std::string cut("\x0a\x10ab", 4);
+  const std::string cut("\x0a\x10" "ab", 4);
   for (const std::string method :
        {"Health", "CreateShards", "ListShards", "Lookup", "Read", "Update", "Export",
         "SaveShards", "RestoreShards", "CommitRestore"}) {

@@ -1,20 +1,96 @@
 #!/usr/bin/env bash
-# Runs the whole test suite (installing what it needs first) and ends with one line
-# "N passed, N failed" counted from the test cases' results. Exit code non-zero on any failure.
+# Runs the tests (installing what they need first) and ends with one line "N passed, N failed"
+# counted from the test cases' results. Exit code non-zero on any failure.
+#
+#   bash tools/test.sh                 # what CI runs: every stage below, in order
+#   bash tools/test.sh --stage=suite   # one stage (suite, asan, tsan or fuzz); may repeat
+#   bash tools/test.sh --config=asan //ps/...   # anything else: `bazel test` with these arguments
+#
+# Stages: suite: `bazel test //...`; asan: the same under ASan + UBSan (--config=asan);
+# tsan: the ps, worker, coordinator and cluster tests under ThreadSanitizer (--config=tsan);
+# fuzz: every fuzz target for PSTRAIN_FUZZ_SECONDS (default 20) from its seeds (tools/fuzz.sh),
+# counted as one test case per target.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-bash tools/setup.sh
-echo "test: bazel test //..."
-bazel test //... "$@" 2>&1 | tee /tmp/pstrain-test.log
-bazel_rc=${PIPESTATUS[0]}
+# The TSan subset: the concurrent parts. (The model-training tests are left out: under TSan they
+# take many times their normal time and test the same locks as these.)
+TSAN_TARGETS=(//ps/... //worker/... //coordinator/... //common/... //third_party/sanitizers/...
+              //tests:coordinator_test //tests:ps_cluster_test //tests:checkpoint_test
+              //tests:dynamic_table_test)
 
-# Count test cases from the JUnit XML files Bazel leaves for each test target.
-counts=$(python3 tools/count_test_results.py "$(bazel info bazel-testlogs 2>/dev/null)" /tmp/pstrain-test.log)
-read -r passed failed <<<"$counts"
-if (( bazel_rc != 0 && failed == 0 )); then
-  failed=1  # e.g. a build error: no test result file says so, but the run failed
+stages=()
+bazel_args=()
+for arg in "$@"; do
+  case "$arg" in
+    --stage=*) stages+=("${arg#--stage=}") ;;
+    -h|--help) sed -n 2,12p "$0"; exit 0 ;;
+    *) bazel_args+=("$arg") ;;
+  esac
+done
+if (( ${#bazel_args[@]} > 0 && ${#stages[@]} == 0 )); then
+  stages=(custom)
+elif (( ${#stages[@]} == 0 )); then
+  stages=(suite asan tsan fuzz)
 fi
-echo "${passed} passed, ${failed} failed"
-if (( bazel_rc != 0 || failed != 0 )); then exit 1; fi
+
+bash tools/setup.sh
+
+total_passed=0
+total_failed=0
+failed_stages=()
+
+# bazel test "$@", then its test cases counted into the totals.
+run_bazel_test() {
+  local name="$1"
+  shift
+  local log="/tmp/pstrain-test-$name.log"
+  local flags=()
+  for a in "$@"; do [[ "$a" == --* ]] && flags+=("$a"); done
+  echo "test: [$name] bazel test $*"
+  local started=$SECONDS
+  bazel test "$@" 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  local counts passed failed
+  counts=$(python3 tools/count_test_results.py "$(bazel info "${flags[@]}" bazel-testlogs 2>/dev/null)" "$log")
+  read -r passed failed <<<"$counts"
+  if (( rc != 0 && failed == 0 )); then failed=1; fi  # e.g. a build error: no result file says so
+  echo "test: [$name] ${passed} passed, ${failed} failed in $((SECONDS - started)) s"
+  total_passed=$((total_passed + passed))
+  total_failed=$((total_failed + failed))
+  if (( rc != 0 || failed != 0 )); then failed_stages+=("$name"); fi
+}
+
+run_fuzz() {
+  local log=/tmp/pstrain-test-fuzz.log
+  local started=$SECONDS
+  echo "test: [fuzz] tools/fuzz.sh --seconds=${PSTRAIN_FUZZ_SECONDS:-20}"
+  PSTRAIN_FUZZ_DIR="${PSTRAIN_FUZZ_DIR:-/tmp/pstrain-test-fuzz}" \
+    bash tools/fuzz.sh --seconds="${PSTRAIN_FUZZ_SECONDS:-20}" 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  local passed failed
+  passed=$(grep -c '"crashes": 0, "rc": 0}' "$log")
+  failed=$(grep -c '^{"target"' "$log")
+  failed=$((failed - passed))
+  if (( rc != 0 && failed == 0 )); then failed=1; fi
+  echo "test: [fuzz] ${passed} targets clean, ${failed} failed in $((SECONDS - started)) s"
+  total_passed=$((total_passed + passed))
+  total_failed=$((total_failed + failed))
+  if (( rc != 0 || failed != 0 )); then failed_stages+=(fuzz); fi
+}
+
+for stage in "${stages[@]}"; do
+  case "$stage" in
+    suite) run_bazel_test suite //... ;;
+    asan) run_bazel_test asan --config=asan //... ;;
+    tsan) run_bazel_test tsan --config=tsan "${TSAN_TARGETS[@]}" ;;
+    fuzz) run_fuzz ;;
+    custom) run_bazel_test custom "${bazel_args[@]}" ;;
+    *) echo "test: unknown stage '$stage' (suite, asan, tsan, fuzz)" >&2; exit 2 ;;
+  esac
+done
+
+if (( ${#failed_stages[@]} > 0 )); then echo "test: failed stages: ${failed_stages[*]}"; fi
+echo "${total_passed} passed, ${total_failed} failed"
+if (( ${#failed_stages[@]} > 0 || total_failed != 0 )); then exit 1; fi
 exit 0

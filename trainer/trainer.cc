@@ -23,6 +23,17 @@ constexpr char kModelState[] = "trainer/model";
 // Set in the checkpoint of a run that stopped early: a rerun resumes there and trains no further.
 constexpr char kStoppedEarlyState[] = "trainer/stopped_early";
 
+// A model's validation or evaluation ends CANCELLED when one of its closures was cancelled because
+// the job failed elsewhere (a worker can't set up its dataset, say): that first error is what the
+// user needs, not the cancellation.
+template <typename T>
+absl::StatusOr<T> PreferJobError(absl::StatusOr<T> result, ClusterCoordinator* coordinator) {
+  if (result.status().code() == absl::StatusCode::kCancelled) {
+    RETURN_IF_ERROR(coordinator->Join());
+  }
+  return result;
+}
+
 }  // namespace
 
 std::string TrainResult::ToJson() const {
@@ -259,7 +270,8 @@ absl::StatusOr<TrainResult> Train(const ClusterSpec& spec, Model* model,
   auto validate = [&](int64_t step, bool* stop) -> absl::Status {
     RETURN_IF_ERROR(collect_all());
     RETURN_IF_ERROR(coordinator->Join());
-    ASSIGN_OR_RETURN(ModelMetrics m, model->Validate(coordinator.get()));
+    ASSIGN_OR_RETURN(ModelMetrics m,
+                     PreferJobError(model->Validate(coordinator.get()), coordinator.get()));
     ++result.validations;
     last_validated = step;
     auto it = m.values.find(watch.monitor);
@@ -374,7 +386,8 @@ absl::StatusOr<TrainResult> Train(const ClusterSpec& spec, Model* model,
     for (const auto& [name, value] : best_metrics.values) result.metrics.values[name] = value;
   }
   if (options.evaluate) {
-    ASSIGN_OR_RETURN(ModelMetrics test, model->Evaluate(coordinator.get()));
+    ASSIGN_OR_RETURN(ModelMetrics test,
+                     PreferJobError(model->Evaluate(coordinator.get()), coordinator.get()));
     for (auto& [name, value] : test.values) result.metrics.values[name] = value;
     for (auto& [name, note] : test.notes) result.metrics.notes[name] = note;
     if (events != nullptr) {

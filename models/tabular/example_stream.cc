@@ -169,8 +169,10 @@ absl::Status TrainStream::Next(int64_t step, int64_t n, Batch* out) {
   const size_t dense_bytes = sizeof(float) * layout_.num_dense;
   auto copy = [&](int64_t from, ExampleRef dst) {
     ExampleRef src = Slot(from);
-    std::memcpy(dst.keys, src.keys, slot_bytes);
-    std::memcpy(dst.dense, src.dense, dense_bytes);
+    // (A spec may have no sparse or no dense features: then there is nothing, not even a
+    // pointer, to copy.)
+    if (slot_bytes > 0) std::memcpy(dst.keys, src.keys, slot_bytes);
+    if (dense_bytes > 0) std::memcpy(dst.dense, src.dense, dense_bytes);
     *dst.label = *src.label;
   };
   if (cached_) {

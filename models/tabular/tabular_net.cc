@@ -132,7 +132,7 @@ absl::Status TabularNet::Run(const NetBatch& batch, const NetParams& params, Net
           for (int64_t j = 0; j < d; ++j) pooled[j] *= inv_count[i * F + e];
         }
       }
-      std::memcpy(xi + F * d, batch.dense + i * D, sizeof(float) * D);
+      if (D > 0) std::memcpy(xi + F * d, batch.dense + i * D, sizeof(float) * D);
       if (shape_.dot) {
         float* dots = xi + F * d + D;
         int p = 0;

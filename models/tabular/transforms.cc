@@ -76,7 +76,10 @@ int64_t FeatureKey(uint64_t salt, uint64_t value) {
 
 uint64_t RowHash(uint64_t seed, uint64_t salt, int64_t file_index, int64_t line) {
   const uint64_t a = MixKey(static_cast<int64_t>(seed ^ salt));
-  const uint64_t b = MixKey(file_index * static_cast<int64_t>(0x9E3779B97F4A7C15ull) + line);
+  // Wrapping arithmetic, done unsigned (signed overflow is undefined).
+  const uint64_t b = MixKey(static_cast<int64_t>(static_cast<uint64_t>(file_index) *
+                                                     0x9E3779B97F4A7C15ull +
+                                                 static_cast<uint64_t>(line)));
   return MixKey(static_cast<int64_t>(a ^ b));
 }
 
