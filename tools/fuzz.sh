@@ -26,8 +26,8 @@ if (( ${#targets[@]} == 0 )); then
 fi
 
 work="${PSTRAIN_FUZZ_DIR:-/tmp/pstrain-fuzz}"
-# Its own Bazel output tree: clang for these, gcc for everything else.
-output_base="${PSTRAIN_FUZZ_OUTPUT_BASE:-$HOME/.cache/pstrain-fuzz-bazel}"
+# Its own Bazel output tree (clang for these, gcc for everything else), one per checkout.
+output_base="${PSTRAIN_FUZZ_OUTPUT_BASE:-$HOME/.cache/pstrain-fuzz-bazel/$(pwd | md5sum | cut -c1-12)}"
 bazel_fuzz=(bazel --output_base="$output_base")
 
 labels=()
