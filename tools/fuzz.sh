@@ -53,6 +53,8 @@ for t in "${targets[@]}"; do
     continue
   fi
   log="$work/$t.log"
+  started="$work/.started-$t"
+  touch "$started"
   # -rss_limit_mb: a target using more memory than this is a finding (the targets give their ps a
   # 64 MiB budget); -timeout: an input taking longer is one too.
   ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1 \
@@ -62,8 +64,9 @@ for t in "${targets[@]}"; do
   rc=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   units=$(ls "$corpus" | wc -l)
-  # libFuzzer also leaves inputs slower than 10 s there (slow-unit-*): noted, not failures.
-  found=$(ls "$crashes" | grep -vc '^slow-unit-')
+  # This run's findings only (older ones stay until removed); libFuzzer also leaves inputs slower
+  # than 10 s there (slow-unit-*): noted, not failures.
+  found=$(find "$crashes" -type f -newer "$started" ! -name 'slow-unit-*' | wc -l)
   printf '{"target": "%s", "seconds": %s, "executions": %s, "corpus": %s, "crashes": %s, "rc": %s}\n' \
     "$t" "$seconds" "${execs:-0}" "$units" "$found" "$rc"
   if (( rc != 0 || found != 0 )); then

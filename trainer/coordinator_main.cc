@@ -119,7 +119,8 @@ ABSL_FLAG(std::string, logdir, "runs/{model}",
           "TensorBoard event files go here ({model} is replaced; empty: none).");
 ABSL_FLAG(int64_t, steps, 2000, "sum job: closures to schedule.");
 ABSL_FLAG(int64_t, rows_per_step, 1000, "sum job: integers each closure adds.");
-ABSL_FLAG(int64_t, work_us, 0, "sum job: simulated compute per closure, in microseconds.");
+ABSL_FLAG(int64_t, work_us, 0,
+          "sum job: simulated compute per closure, in microseconds (at most 1 s).");
 
 namespace pstrain {
 namespace {
