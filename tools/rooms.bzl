@@ -8,6 +8,7 @@ ROOMS = [
     "cluster",  # what every task shares: cluster spec, ports, task identity, task main, health checks
     "partitioners",  # TF's partitioners, row splits, id routing, placement, the plan tool
     "ps",  # shards, optimizers, the ps service and binary, the client handles
+    "collective",  # all-reduce, broadcast, all-gather across workers (Gloo, NCCL), the rendezvous
     "worker",  # closure registry, the worker service, device/ (CPU and CUDA math)
     "coordinator",  # ClusterCoordinator, variable creation, checkpoints, the in-process cluster
     "models",  # the Model interface, the example models and their data readers

@@ -10,6 +10,8 @@ PACKAGES=(
   libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
   libabsl-dev librocksdb-dev libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev zlib1g-dev libssl-dev
+  # CPU collectives for synchronous training (collective/)
+  libgloo-dev
   # tools used by scripts and tests: openssl makes the TLS tests' certificates (tools/make_certs.sh)
   iproute2 procps openssl
   # fuzzing (tools/fuzz.sh): clang with libFuzzer and the sanitizers' runtimes
