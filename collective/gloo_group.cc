@@ -192,9 +192,12 @@ class GlooGroup final : public CollectiveGroup {
 
   void Abort(absl::string_view reason) override {
     const std::string why = absl::StrCat(options_.name, " aborted the group: ", reason);
+    // Tell the rendezvous first, so that a peer whose collective fails on the closed connection
+    // learns the reason at once instead of waiting to see who went silent.
+    client_.Abort(options_.rank, why, absl::ZeroDuration(), /*deliberate=*/true)
+        .status()
+        .IgnoreError();  // best effort: without the rendezvous the peers still see the closed pairs
     LocalAbort(why);
-    // Tell the others now (their next heartbeat learns it); no need to wait for a diagnosis.
-    client_.Abort(options_.rank, why, absl::ZeroDuration()).status().IgnoreError();  // best effort
   }
 
  private:
@@ -271,13 +274,18 @@ class GlooGroup final : public CollectiveGroup {
     // Ask the rendezvous which peer went silent (it waits a little for a dead one to be stale),
     // unless this rank was aborted itself: then the reason is known.
     std::string cause;
-    absl::StatusOr<std::vector<std::string>> silent =
-        client_.Abort(options_.rank, absl::StrCat(what, ": ", detail),
-                      local_reason.empty() ? options_.diagnose_wait : absl::ZeroDuration());
+    std::string first_report;
+    absl::StatusOr<std::vector<std::string>> silent = client_.Abort(
+        options_.rank, absl::StrCat(what, ": ", detail),
+        local_reason.empty() ? options_.diagnose_wait : absl::ZeroDuration(),
+        /*deliberate=*/false, &first_report);
     if (!silent.ok()) {
       cause = absl::StrCat("the rendezvous is unreachable too (", silent.status().message(), ")");
     } else if (!local_reason.empty()) {
       cause = local_reason;
+    } else if (silent->empty() && !first_report.empty() &&
+               !absl::StartsWith(first_report, options_.name)) {
+      cause = first_report;  // a peer stopped on purpose, or failed first and said why
     } else if (!silent->empty()) {
       cause = absl::StrCat(absl::StrJoin(*silent, ", "), " stopped answering");
     } else {

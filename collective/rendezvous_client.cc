@@ -92,17 +92,21 @@ absl::StatusOr<std::string> RendezvousClient::Heartbeat(int rank) {
 }
 
 absl::StatusOr<std::vector<std::string>> RendezvousClient::Abort(int rank, const std::string& reason,
-                                                                 absl::Duration wait) {
+                                                                 absl::Duration wait,
+                                                                 bool deliberate,
+                                                                 std::string* aborted) {
   RendezvousAbortRequest request;
   request.set_group(group_);
   request.set_generation(generation_);
   request.set_rank(rank);
   request.set_reason(reason);
   request.set_wait_ms(absl::ToInt64Milliseconds(wait));
+  request.set_deliberate(deliberate);
   RendezvousAbortResponse response;
   auto context = Context(wait);
   absl::Status status = Convert(stub_->Abort(context.get(), request, &response), "Abort");
   if (!status.ok()) return status;
+  if (aborted != nullptr) *aborted = response.aborted();
   return std::vector<std::string>(response.silent().begin(), response.silent().end());
 }
 

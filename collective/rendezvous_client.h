@@ -32,8 +32,11 @@ class RendezvousClient {
   // The abort reason ("" while the generation is fine).
   absl::StatusOr<std::string> Heartbeat(int rank);
   // Reports this rank's failure; answers the silent ranks' descriptions (waiting up to `wait`).
+  // `deliberate`: this rank breaks the group itself (see RendezvousAbortRequest). `aborted`, if
+  // given, receives the generation's abort reason (the first report).
   absl::StatusOr<std::vector<std::string>> Abort(int rank, const std::string& reason,
-                                                 absl::Duration wait);
+                                                 absl::Duration wait, bool deliberate = false,
+                                                 std::string* aborted = nullptr);
 
  private:
   // A context whose deadline is `wait` plus time for the call itself.

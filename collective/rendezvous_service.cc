@@ -247,10 +247,18 @@ absl::StatusOr<RendezvousAbortResponse> RendezvousState::Abort(const RendezvousA
     ASSIGN_OR_RETURN(Generation * g, FindLocked(request.group(), request.generation()));
     if (g->aborted.empty()) {
       auto it = g->members.find(request.rank());
-      g->aborted = absl::StrCat(it == g->members.end() ? absl::StrCat("rank ", request.rank())
-                                                       : it->second.name,
-                                " failed: ", request.reason().substr(0, 1024));
+      const std::string who =
+          it == g->members.end() ? absl::StrCat("rank ", request.rank()) : it->second.name;
+      g->aborted = request.deliberate()
+                       ? request.reason().substr(0, 1024)
+                       : absl::StrCat(who, " failed: ", request.reason().substr(0, 1024));
+      g->aborted_deliberately = request.deliberate();
       changed_.SignalAll();
+    } else if (g->aborted_deliberately) {
+      // The cause is known (a rank stopped on purpose): no need to wait for a silent one.
+      RendezvousAbortResponse response;
+      response.set_aborted(g->aborted);
+      return response;
     }
   }
   while (true) {

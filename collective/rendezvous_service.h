@@ -83,6 +83,7 @@ class RendezvousState {
     std::map<std::string, std::string> kv;
     int64_t kv_bytes = 0;
     std::string aborted;
+    bool aborted_deliberately = false;  // by a rank that is stopping (Abort's `deliberate`)
   };
 
   // The generation `number` of `group`, started if newer. Errors as above.

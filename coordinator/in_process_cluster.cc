@@ -63,6 +63,7 @@ absl::StatusOr<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(
   ASSIGN_OR_RETURN(ClusterSpec spec, ClusterSpec::Create(std::move(jobs)));
   std::unique_ptr<InProcessCluster> cluster(new InProcessCluster(std::move(spec)));
   cluster->registry_ = options.registry;
+  cluster->mirror_ = options.mirror;
   cluster->ps_memory_budget_bytes_ = options.ps_memory_budget_bytes;
   {
     absl::MutexLock lock(&cluster->mu_);
@@ -100,6 +101,7 @@ absl::Status InProcessCluster::StartTaskLocked(const TaskRef& task) {
     options.registry = registry_;
     options.ps_addresses = spec_.tasks(kPs);
     options.num_workers = spec_.num_workers();
+    options.mirror = mirror_;
     ASSIGN_OR_RETURN(workers_[task.index], WorkerServer::Start(options));
   }
   return absl::OkStatus();

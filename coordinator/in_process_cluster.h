@@ -28,6 +28,9 @@ struct InProcessClusterOptions {
   int64_t ps_memory_budget_bytes = 0;
   // The closures and datasets every worker can run. Default (nullptr): the built-in ones.
   std::shared_ptr<const ClosureRegistry> registry;
+  // Synchronous training: every worker's updates go through this group (WorkerServerOptions::
+  // mirror). Default: none.
+  MirrorOptions mirror;
 };
 
 // Parses "in_process:workers=2,ps=2" (either key may be left out; defaults as above).
@@ -70,6 +73,7 @@ class InProcessCluster {
 
   const ClusterSpec spec_;
   std::shared_ptr<const ClosureRegistry> registry_;
+  MirrorOptions mirror_;
   int64_t ps_memory_budget_bytes_ = 0;
   mutable absl::Mutex mu_;
   // Below: guarded by mu_. A stopped task has no entry.

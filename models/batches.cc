@@ -38,6 +38,14 @@ std::shared_ptr<const std::vector<int64_t>> EpochBatches::Order(int64_t epoch) {
   return result;
 }
 
+std::vector<int64_t> ReplicaShare(std::vector<int64_t> rows, int index, int count) {
+  if (count <= 1) return rows;
+  std::vector<int64_t> share;
+  share.reserve(rows.size() / count + 1);
+  for (size_t i = static_cast<size_t>(index); i < rows.size(); i += count) share.push_back(rows[i]);
+  return share;
+}
+
 std::vector<int64_t> EpochBatches::Batch(int64_t step) {
   const int64_t epoch = step / steps_per_epoch_;
   const int64_t begin = (step % steps_per_epoch_) * batch_size_;

@@ -43,6 +43,11 @@ class EpochBatches {
   std::map<int64_t, std::shared_ptr<const std::vector<int64_t>>> orders_ ABSL_GUARDED_BY(mu_);
 };
 
+// Synchronous training (the multi-worker mirrored strategy): replica `index` of `count` trains on
+// rows index, index + count, index + 2 count, ... of a step's batch, so the replicas' shares are
+// disjoint, cover the batch, and differ in size by at most one. With count 1, the whole batch.
+std::vector<int64_t> ReplicaShare(std::vector<int64_t> rows, int index, int count);
+
 // Reads a model's extra options: each Get* removes the key it reads; Finish() fails naming any
 // key left (an option this model doesn't know).
 class ExtraOptions {

@@ -68,3 +68,18 @@ TEST(ClosureArgsTest, WrongType_NamesClosureAndPosition) {
 
 }  // namespace
 }  // namespace pstrain
+
+namespace pstrain {
+namespace {
+
+TEST(ReplicaShareTest, SharesAreDisjointCoverTheBatchAndBalanced) {
+  const std::vector<int64_t> rows = {10, 11, 12, 13, 14, 15, 16};
+  EXPECT_EQ(ReplicaShare(rows, 0, 1), rows);
+  EXPECT_EQ(ReplicaShare(rows, 0, 3), (std::vector<int64_t>{10, 13, 16}));
+  EXPECT_EQ(ReplicaShare(rows, 1, 3), (std::vector<int64_t>{11, 14}));
+  EXPECT_EQ(ReplicaShare(rows, 2, 3), (std::vector<int64_t>{12, 15}));
+  EXPECT_TRUE(ReplicaShare({1}, 1, 2).empty());
+}
+
+}  // namespace
+}  // namespace pstrain

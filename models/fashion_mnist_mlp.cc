@@ -306,7 +306,8 @@ absl::StatusOr<std::vector<Tensor>> TrainStep(ClosureContext& ctx, absl::Span<co
   if (average != 0) {
     ASSIGN_OR_RETURN(sums, FindVariables(ctx.ps, mlp, kAverages));
   }
-  const std::vector<int64_t> rows = res->batches().Batch(step);
+  const std::vector<int64_t> rows =
+      ReplicaShare(res->batches().Batch(step), ctx.replica_index, ctx.num_replicas);
   std::vector<float> x;
   std::vector<int32_t> labels;
   Gather(res->train(), rows, &x, &labels);

@@ -204,7 +204,8 @@ absl::StatusOr<std::vector<Tensor>> TrainStep(ClosureContext& ctx, absl::Span<co
   if (res == nullptr) return absl::InvalidArgumentError(absl::StrCat(kTrain, " needs ", kData));
   if (step < 0) return absl::InvalidArgumentError(absl::StrCat(kTrain, ": step ", step, " < 0"));
   ASSIGN_OR_RETURN(CtrVars v, FindVars(ctx.ps, res->dynamic()));
-  const std::vector<int64_t> rows = res->batches().Batch(step);
+  const std::vector<int64_t> rows =
+      ReplicaShare(res->batches().Batch(step), ctx.replica_index, ctx.num_replicas);
   Pulled p;
   const int64_t global_step = step + 1;  // 1-based: 0 means "no step" to a dynamic table
   RETURN_IF_ERROR(Pull(v, *res, res->data().train, rows, global_step, &p));

@@ -191,7 +191,8 @@ absl::StatusOr<std::vector<Tensor>> TrainStep(ClosureContext& ctx, absl::Span<co
   if (res == nullptr) return absl::InvalidArgumentError(absl::StrCat(kTrain, " needs ", kData));
   ASSIGN_OR_RETURN(Tables t, FindTables(ctx.ps, res->dynamic()));
   const int64_t dim = res->dim();
-  const std::vector<int64_t> rows = res->batches().Batch(step);
+  const std::vector<int64_t> rows =
+      ReplicaShare(res->batches().Batch(step), ctx.replica_index, ctx.num_replicas);
   const Ratings& train = res->data().train;
   Device* device = CpuDevice();
   Forward f;

@@ -115,7 +115,7 @@ absl::StatusOr<TrainResult> Train(const ClusterSpec& spec, Model* model,
   result.num_ps = coordinator->ps()->num_ps();
   RETURN_IF_ERROR(model->Setup(coordinator.get()));
   const int64_t total = model->total_steps();
-  const bool validating = model->has_validation();
+  const bool validating = model->has_validation() && options.validate;
   if (!validating && options.early_stopping_patience > 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "early stopping needs validation data, and ", model->name(),
@@ -173,7 +173,7 @@ absl::StatusOr<TrainResult> Train(const ClusterSpec& spec, Model* model,
   result.start_step = start;
   // The end: the model's, or where a resumed run had stopped early.
   int64_t end = result.stopped_early ? start : total;
-  if (checkpoints != nullptr) {
+  if (checkpoints != nullptr && options.save_checkpoints) {
     // A best mark from another run (or another point of this one's past) means nothing now.
     ASSIGN_OR_RETURN(std::optional<BestMarker> mark, checkpoints->Best());
     if (mark.has_value() && (!watcher.has_best() || mark->step != watcher.best_step())) {
@@ -194,7 +194,7 @@ absl::StatusOr<TrainResult> Train(const ClusterSpec& spec, Model* model,
 
   int64_t examples = examples_before;
   auto save = [&](int64_t step) -> absl::Status {
-    if (checkpoints == nullptr) return absl::OkStatus();
+    if (checkpoints == nullptr || !options.save_checkpoints) return absl::OkStatus();
     RETURN_IF_ERROR(coordinator->Join());
     std::map<std::string, std::string> state = watcher.State();
     state[kExamplesState] = absl::StrCat(examples);
@@ -310,10 +310,14 @@ absl::StatusOr<TrainResult> Train(const ClusterSpec& spec, Model* model,
     RETURN_IF_ERROR(validate(0, &stop));
   }
   for (int64_t step = start; step < end && !stop; ++step) {
+    // At most max_pending_steps in flight: with 1, a step starts only after the previous one
+    // finished (synchronous training relies on it).
+    while (static_cast<int64_t>(pending.size()) >= options.max_pending_steps) {
+      RETURN_IF_ERROR(collect_front());
+    }
     ASSIGN_OR_RETURN(RemoteValue value, model->ScheduleStep(coordinator.get(), step));
     pending.emplace_back(step, std::move(value));
-    while (!pending.empty() && (static_cast<int64_t>(pending.size()) > options.max_pending_steps ||
-                                pending.front().second.IsReady())) {
+    while (!pending.empty() && pending.front().second.IsReady()) {
       RETURN_IF_ERROR(collect_front());
     }
     const int64_t done = step + 1;

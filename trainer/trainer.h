@@ -49,6 +49,9 @@ struct TrainerOptions {
   // time). With a checkpoint_dir and neither set, only the final checkpoint is saved.
   int64_t checkpoint_every_steps = 0;
   absl::Duration checkpoint_every = absl::ZeroDuration();
+  // Write checkpoints (and the BEST mark) into checkpoint_dir. Default true; false: only restore
+  // from it (the replicas other than the chief's in synchronous training).
+  bool save_checkpoints = true;
   // Checkpoints kept. Default 3.
   int keep_checkpoints = 3;
   // Incremental checkpoints (dynamic tables' changes only, a full one every
@@ -70,6 +73,9 @@ struct TrainerOptions {
   // is then a candidate for the best too (a model whose training only hurts keeps its start).
   int64_t validate_every_steps = 0;
   bool validate_at_start = true;
+  // Validate at all (when the model has validation data). Default true; the synchronous
+  // strategy's replicas other than the chief's don't.
+  bool validate = true;
   // The validation metric watched. Default "": the model's validation_metric().
   std::string monitor;
   // Stop after this many validations in a row without an improvement of more than min_delta.

@@ -33,6 +33,11 @@ class Dataset {
 struct ClosureContext {
   int worker_index = 0;
   int num_workers = 1;
+  // Synchronous training (the multi-worker mirrored strategy, worker/mirrored_ps_client.h): this
+  // worker is replica `replica_index` of `num_replicas`, and trains on its share of each batch
+  // (models/batches.h, ReplicaShare). Default 0 of 1: the whole batch.
+  int replica_index = 0;
+  int num_replicas = 1;
   // The per-worker resources named in the call (its own worker's instances), in order.
   std::vector<Dataset*> datasets;
   // The ps tasks: variable handles by name, and the raw clients.

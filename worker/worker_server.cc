@@ -9,6 +9,7 @@
 #include "common/raw_service.h"
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
+#include "ps/grpc_ps_client.h"
 #include "worker/ps_connection.h"
 #include "worker/worker_service_handlers.h"
 
@@ -29,8 +30,20 @@ class WorkerServerImpl final : public WorkerServer {
     }
     int threads = options.num_closure_threads;
     if (threads <= 0) threads = 4 * std::max(1u, std::thread::hardware_concurrency());
-    handlers_ = std::make_unique<WorkerServiceHandlers>(
-        std::move(registry), PsConnection::ToAddresses(options.ps_addresses), options.num_workers);
+    std::unique_ptr<PsConnection> ps = PsConnection::ToAddresses(options.ps_addresses);
+    if (options.mirror.group != nullptr) {
+      std::vector<std::unique_ptr<PsClient>> mirrored;
+      for (int i = 0; i < static_cast<int>(options.ps_addresses.size()); ++i) {
+        mirrored.push_back(
+            NewMirroredPsClient(NewGrpcPsClient(i, options.ps_addresses[i]), options.mirror));
+      }
+      ps = std::make_unique<PsConnection>(std::move(mirrored));
+    }
+    handlers_ = std::make_unique<WorkerServiceHandlers>(std::move(registry), std::move(ps),
+                                                        options.num_workers);
+    if (options.mirror.group != nullptr) {
+      handlers_->SetReplica(options.mirror.group->rank(), options.mirror.group->size());
+    }
     pool_ = std::make_unique<ThreadPool>(threads);
     service_ = std::make_unique<RawUnaryService>(
         WorkerServiceHandlers::Service(),

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "cluster/task_identity.h"
 #include "worker/closure_registry.h"
+#include "worker/mirrored_ps_client.h"
 
 namespace pstrain {
 
@@ -28,6 +29,11 @@ struct WorkerServerOptions {
   int num_workers = 1;
   // Threads running closures. Default 0: 4 per core, since closures mostly wait on ps RPCs.
   int num_closure_threads = 0;
+  // Synchronous training (multi-worker mirrored): with a group, the ps tasks are this worker's
+  // own replica of every variable, and each update's gradients are all-reduced across the group
+  // first (worker/mirrored_ps_client.h); closures train on replica group->rank()'s share of each
+  // batch. Default: no group (asynchronous training).
+  MirrorOptions mirror;
 };
 
 // A running worker task. Thread-safe. Destroying it shuts the server down.

@@ -143,6 +143,8 @@ absl::Status WorkerServiceHandlers::Run(const RunClosureRequest& request,
   ClosureContext context;
   context.worker_index = me.index;
   context.num_workers = num_workers_;
+  context.replica_index = replica_index_;
+  context.num_replicas = num_replicas_;
   context.ps = ps_.get();
   for (auto& r : resources) context.datasets.push_back(r->dataset.get());
   absl::StatusOr<std::vector<Tensor>> outputs = (*fn)(context, args);

@@ -35,6 +35,13 @@ class WorkerServiceHandlers {
   // Whether method number `method` blocks (runs closures or makes datasets).
   static bool Blocks(int method);
 
+  // Synchronous training: closures train on replica `index` of `count`'s share of each batch.
+  // Default 0 of 1. Set before serving.
+  void SetReplica(int index, int count) {
+    replica_index_ = index;
+    num_replicas_ = count;
+  }
+
   // The identity Health reports and incarnations are checked against (set once the port is known).
   void SetIdentity(const TaskIdentity& identity) { identity_.Set(identity); }
 
@@ -59,6 +66,8 @@ class WorkerServiceHandlers {
   const std::shared_ptr<const ClosureRegistry> registry_;
   const std::unique_ptr<PsConnection> ps_;
   const int num_workers_;
+  int replica_index_ = 0;
+  int num_replicas_ = 1;
   PendingIdentity identity_;
   absl::Mutex mu_;
   // Below: guarded by mu_.

@@ -1,0 +1,76 @@
+// Synchronous training across workers: TensorFlow's MultiWorkerMirroredStrategy on a workers-only
+// cluster. Every worker holds a replica of every variable (a ps task of its own, in its process),
+// trains on its share of each step's batch (models/batches.h, ReplicaShare), and all-reduces the
+// gradients with the others every step before applying them (worker/mirrored_ps_client.h,
+// collective/ over Gloo), so the replicas stay identical. Each worker runs the same trainer loop
+// (SPMD, one step at a time); worker 0, the chief, saves checkpoints (the same RocksDB format the
+// parameter-server strategy writes: a checkpoint from one strategy restores into the other),
+// validates, writes TensorBoard scalars and evaluates. The others restore from the same
+// checkpoints and stay quiet.
+//
+// Failure (restart from the last checkpoint, not elastic): when a worker dies or stops answering,
+// every worker's all-reduce fails within seconds (collective/collective_group.h) and that attempt
+// ends. The job then forms the group again (a new generation), every worker restores the latest
+// checkpoint, and training goes on: nothing saved is lost, the steps since the last checkpoint
+// are trained again. After max_restarts such restarts the job fails with the last error.
+//
+// The workers run in this process, each with its own servers and TCP connections (the default,
+// and what tests use). Not supported here: dynamic tables (their key sets would differ by
+// replica; train them with the parameter-server or hybrid strategy) and early stopping.
+#ifndef PSTRAIN_TRAINER_MIRRORED_STRATEGY_H_
+#define PSTRAIN_TRAINER_MIRRORED_STRATEGY_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "collective/collective_group.h"
+#include "models/model.h"
+#include "trainer/trainer.h"
+
+namespace pstrain {
+
+struct MirroredOptions {
+  // Workers (replicas). Default 2; at least 1.
+  int num_workers = 2;
+  // Restarts from the latest checkpoint after a worker failure. Default 3.
+  int max_restarts = 3;
+  // Dense gradients are all-reduced in buckets of this many bytes. Default 4 MiB.
+  int64_t bucket_bytes = 4 << 20;
+  // How long one all-reduce may take. Default 60 s.
+  absl::Duration collective_timeout = absl::Seconds(60);
+  // Tests: called on each worker's thread once its group is formed (attempt 0, 1, ...), before
+  // training; and after each of its steps. An error ends that worker's attempt: its servers and
+  // connections go away. kUnavailable stands for a crash (the job restarts from the latest
+  // checkpoint); any other code is the worker's own error, which ends the job.
+  std::function<void(int attempt, int rank, CollectiveGroup* group)> on_group_formed;
+  std::function<absl::Status(int attempt, int rank, int64_t step)> after_step;
+  // Tests: called on each worker's thread when its training ended well, with the address of its
+  // replica (a ps task holding every variable), before its servers stop.
+  std::function<void(int rank, const std::string& replica_address)> on_trained;
+};
+
+// What the job did, beside the chief's TrainResult.
+struct MirroredResult {
+  TrainResult chief;
+  // Attempts made (1 without a failure) and each failed attempt's error.
+  int attempts = 0;
+  std::vector<std::string> failures;
+};
+
+// Trains `model_name` with `model_options` on `mirrored.num_workers` synchronous workers.
+// `options` are the chief's (checkpoint_dir, logdir, validation, ...); restores come from
+// options.checkpoint_dir. Errors: kInvalidArgument for options this strategy can't honour
+// (early stopping, a model with dynamic tables, restarts without a checkpoint_dir to resume
+// from); the model's and trainer's errors; kUnavailable / kDeadlineExceeded when a worker failure
+// outlasts max_restarts.
+absl::StatusOr<MirroredResult> TrainMultiWorkerMirrored(const std::string& model_name,
+                                                        const ModelOptions& model_options,
+                                                        const TrainerOptions& options,
+                                                        const MirroredOptions& mirrored);
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_TRAINER_MIRRORED_STRATEGY_H_

@@ -1,0 +1,251 @@
+#include "worker/mirrored_ps_client.h"
+
+#include <cstring>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace pstrain {
+namespace {
+
+bool IsDenseGradient(const UpdateOp& op) {
+  return op.kind() == UpdateOp::APPLY_GRADIENT && op.rows_case() != UpdateOp::kIds;
+}
+bool IsSparseGradient(const UpdateOp& op) {
+  return op.kind() == UpdateOp::APPLY_GRADIENT && op.rows_case() == UpdateOp::kIds;
+}
+
+// FNV-1a over what must match across workers for the dense all-reduce to line up.
+uint64_t Mix(uint64_t h, absl::string_view bytes) {
+  for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+absl::Status CheckFloat(const UpdateOp& op) {
+  if (op.dtype() != DT_FLOAT32 || op.values().size() % sizeof(float) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mirrored update: the gradient of shard '", op.shard(), "' is not float32 (dtype ",
+        DataType_Name(op.dtype()), ", ", op.values().size(), " bytes)"));
+  }
+  return absl::OkStatus();
+}
+
+// Int64 words carrying bytes: the length, then the bytes zero-padded to a multiple of 8.
+std::vector<int64_t> ToWords(const std::string& bytes) {
+  std::vector<int64_t> words(1 + (bytes.size() + 7) / 8, 0);
+  words[0] = static_cast<int64_t>(bytes.size());
+  if (!bytes.empty()) std::memcpy(words.data() + 1, bytes.data(), bytes.size());
+  return words;
+}
+
+absl::StatusOr<std::string> FromWords(const int64_t* words, int64_t count, int rank) {
+  if (count < 1 || words[0] < 0 || (words[0] + 7) / 8 != count - 1) {
+    return absl::InternalError(absl::StrCat("mirrored update: rank ", rank,
+                                            "'s sparse gradients arrived malformed"));
+  }
+  return std::string(reinterpret_cast<const char*>(words + 1), static_cast<size_t>(words[0]));
+}
+
+}  // namespace
+
+absl::Status MirrorGradients(CollectiveGroup* group, int64_t bucket_bytes, UpdateRequest* request) {
+  const int n = group->size();
+  // 1. The dense ops' layout must be the same everywhere.
+  uint64_t signature = 14695981039346656037ull;
+  int64_t dense_floats = 0;
+  for (const UpdateOp& op : request->ops()) {
+    if (!IsDenseGradient(op)) continue;
+    RETURN_IF_ERROR(CheckFloat(op));
+    signature = Mix(signature, op.shard());
+    signature = Mix(signature, op.range().SerializeAsString());
+    const int64_t floats = static_cast<int64_t>(op.values().size() / sizeof(float));
+    signature = Mix(signature, absl::string_view(reinterpret_cast<const char*>(&floats), 8));
+    dense_floats += floats;
+  }
+  std::vector<int64_t> signatures, counts;
+  const int64_t mine = static_cast<int64_t>(signature);
+  RETURN_IF_ERROR(group->AllGather(absl::MakeConstSpan(&mine, 1), &signatures, &counts));
+  for (int r = 0; r < n; ++r) {
+    if (signatures[r] != signatures[0]) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "mirrored update: ", group->names()[r], "'s dense gradients (variables, shapes) differ "
+          "from ", group->names()[0], "'s: every worker must update the same variables each step"));
+    }
+  }
+  // 2. Dense: packed, all-reduced (mean) a bucket at a time, unpacked.
+  if (dense_floats > 0) {
+    std::vector<float> packed(dense_floats);
+    int64_t at = 0;
+    for (const UpdateOp& op : request->ops()) {
+      if (!IsDenseGradient(op)) continue;
+      std::memcpy(packed.data() + at, op.values().data(), op.values().size());
+      at += op.values().size() / sizeof(float);
+    }
+    const int64_t bucket = std::max<int64_t>(1, bucket_bytes / static_cast<int64_t>(sizeof(float)));
+    for (int64_t begin = 0; begin < dense_floats; begin += bucket) {
+      RETURN_IF_ERROR(group->AllReduce(packed.data() + begin,
+                                       std::min(bucket, dense_floats - begin), ReduceOp::kMean));
+    }
+    at = 0;
+    for (UpdateOp& op : *request->mutable_ops()) {
+      if (!IsDenseGradient(op)) continue;
+      std::memcpy(op.mutable_values()->data(), packed.data() + at, op.values().size());
+      at += op.values().size() / sizeof(float);
+    }
+  }
+  // 3. Sparse: every worker's ops, gathered and merged per shard in rank order.
+  UpdateRequest sparse;
+  for (const UpdateOp& op : request->ops()) {
+    if (!IsSparseGradient(op)) continue;
+    RETURN_IF_ERROR(CheckFloat(op));
+    *sparse.add_ops() = op;
+  }
+  std::vector<int64_t> words;
+  RETURN_IF_ERROR(group->AllGather(absl::MakeConstSpan(ToWords(sparse.SerializeAsString())), &words,
+                                   &counts));
+  std::vector<std::string> order;
+  std::map<std::string, UpdateOp> merged;
+  int64_t offset = 0;
+  for (int r = 0; r < n; ++r) {
+    ASSIGN_OR_RETURN(std::string bytes, FromWords(words.data() + offset, counts[r], r));
+    offset += counts[r];
+    UpdateRequest theirs;
+    if (!theirs.ParseFromString(bytes)) {
+      return absl::InternalError(
+          absl::StrCat("mirrored update: ", group->names()[r], "'s sparse gradients don't parse"));
+    }
+    for (const UpdateOp& op : theirs.ops()) {
+      RETURN_IF_ERROR(CheckFloat(op));
+      auto [it, fresh] = merged.try_emplace(op.shard());
+      if (fresh) {
+        order.push_back(op.shard());
+        it->second.set_shard(op.shard());
+        it->second.set_kind(UpdateOp::APPLY_GRADIENT);
+        it->second.set_dtype(DT_FLOAT32);
+        it->second.mutable_ids();
+      }
+      it->second.mutable_ids()->append(op.ids());
+      it->second.mutable_values()->append(op.values());
+    }
+  }
+  if (sparse.ops_size() == 0 && merged.empty()) return absl::OkStatus();
+  const float scale = 1.0f / static_cast<float>(n);
+  UpdateRequest out;
+  out.set_step(request->step());
+  for (const UpdateOp& op : request->ops()) {
+    if (!IsSparseGradient(op)) *out.add_ops() = op;
+  }
+  for (const std::string& shard : order) {
+    UpdateOp& op = merged[shard];
+    float* v = reinterpret_cast<float*>(op.mutable_values()->data());
+    const size_t count = op.values().size() / sizeof(float);
+    for (size_t i = 0; i < count; ++i) v[i] *= scale;
+    *out.add_ops() = std::move(op);
+  }
+  *request = std::move(out);
+  return absl::OkStatus();
+}
+
+namespace {
+
+// A dynamic table's training lookup inserts the keys this replica's share of the batch has: the
+// replicas' key sets would drift apart.
+absl::Status CheckLookup(const LookupRequest& request) {
+  for (const LookupOp& op : request.ops()) {
+    if (op.insert()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "shard '", op.shard(), "' is a dynamic table: synchronous (multi-worker mirrored) "
+          "training keeps a replica of every variable on every worker and does not train dynamic "
+          "tables; use the parameter-server (or hybrid) strategy"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+class MirroredPsClient final : public PsClient {
+ public:
+  MirroredPsClient(std::unique_ptr<PsClient> replica, MirrorOptions options)
+      : replica_(std::move(replica)), options_(std::move(options)) {}
+
+  const std::string& name() const override { return replica_->name(); }
+
+  void CreateShardsAsync(const CreateShardsRequest* request, CreateShardsResponse* response,
+                         Done done) override {
+    replica_->CreateShardsAsync(request, response, std::move(done));
+  }
+  void ListShardsAsync(const ListShardsRequest* request, ListShardsResponse* response,
+                       Done done) override {
+    replica_->ListShardsAsync(request, response, std::move(done));
+  }
+  void LookupAsync(const LookupRequest* request, LookupResponse* response, Done done) override {
+    absl::Status status = CheckLookup(*request);
+    if (!status.ok()) return done(status);
+    replica_->LookupAsync(request, response, std::move(done));
+  }
+  void LookupWireAsync(const LookupRequest* request, LookupWireReply* reply, Done done) override {
+    absl::Status status = CheckLookup(*request);
+    if (!status.ok()) return done(status);
+    replica_->LookupWireAsync(request, reply, std::move(done));
+  }
+  void ReadAsync(const ReadRequest* request, ReadResponse* response, Done done) override {
+    replica_->ReadAsync(request, response, std::move(done));
+  }
+  void UpdateAsync(const UpdateRequest* request, UpdateResponse* response, Done done) override {
+    UpdateWithValuesAsync(request, nullptr, response, std::move(done));
+  }
+  void UpdateWithValuesAsync(const UpdateRequest* request,
+                             const std::vector<absl::string_view>* values,
+                             UpdateResponse* response, Done done) override {
+    auto owned = std::make_shared<UpdateRequest>(*request);
+    if (values != nullptr) {
+      for (int i = 0; i < owned->ops_size() && i < static_cast<int>(values->size()); ++i) {
+        if (!(*values)[i].empty()) owned->mutable_ops(i)->set_values(std::string((*values)[i]));
+      }
+    }
+    absl::Status status = MirrorGradients(options_.group.get(), options_.bucket_bytes, owned.get());
+    if (!status.ok()) {
+      // Not this worker's failure, nor a ps's, for the coordinator to retry around: the step
+      // itself can't go on (its caller restarts the group from a checkpoint).
+      done(absl::FailedPreconditionError(absl::StrCat(
+          kSyncUpdateFailed, " (", absl::StatusCodeToString(status.code()), "): ",
+          status.message())));
+      return;
+    }
+    replica_->UpdateAsync(owned.get(), response,
+                          [owned, done = std::move(done)](absl::Status s) { done(s); });
+  }
+  void ExportAsync(const ExportRequest* request, ExportResponse* response, Done done) override {
+    replica_->ExportAsync(request, response, std::move(done));
+  }
+  void HealthAsync(const HealthRequest* request, HealthResponse* response, Done done) override {
+    replica_->HealthAsync(request, response, std::move(done));
+  }
+  void SaveShardsAsync(const SaveShardsRequest* request, SaveShardsResponse* response,
+                       Done done) override {
+    replica_->SaveShardsAsync(request, response, std::move(done));
+  }
+  void RestoreShardsAsync(const RestoreShardsRequest* request, RestoreShardsResponse* response,
+                          Done done) override {
+    replica_->RestoreShardsAsync(request, response, std::move(done));
+  }
+  void CommitRestoreAsync(const CommitRestoreRequest* request, CommitRestoreResponse* response,
+                          Done done) override {
+    replica_->CommitRestoreAsync(request, response, std::move(done));
+  }
+
+ private:
+  const std::unique_ptr<PsClient> replica_;
+  const MirrorOptions options_;
+};
+
+}  // namespace
+
+std::unique_ptr<PsClient> NewMirroredPsClient(std::unique_ptr<PsClient> replica,
+                                              MirrorOptions options) {
+  return std::make_unique<MirroredPsClient>(std::move(replica), std::move(options));
+}
+
+}  // namespace pstrain

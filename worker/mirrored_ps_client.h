@@ -1,0 +1,56 @@
+// The replica store of a synchronous worker (multi-worker mirrored strategy): a PsClient over the
+// worker's own copy of every variable (a ps task of its own) that all-reduces each update's
+// gradients across the workers before applying them, so every worker applies the same update
+// and the replicas stay identical, as TensorFlow's MultiWorkerMirroredStrategy does.
+//
+// Per update (every worker makes the same sequence of updates, one step at a time):
+//   dense APPLY_GRADIENT ops   packed into buckets of `bucket_bytes`, each all-reduced (mean)
+//   sparse APPLY_GRADIENT ops  every worker's ids and rows all-gathered, concatenated per shard in
+//                              rank order and scaled by 1/workers (the ps sums repeated ids first,
+//                              so this is the mean of the workers' gradients)
+//   other ops (ASSIGN, ...)    applied as they are (the replicas compute the same values)
+// Lookups and reads go to the local replica unchanged.
+#ifndef PSTRAIN_WORKER_MIRRORED_PS_CLIENT_H_
+#define PSTRAIN_WORKER_MIRRORED_PS_CLIENT_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "collective/collective_group.h"
+#include "ps/ps_client.h"
+
+namespace pstrain {
+
+struct MirrorOptions {
+  // The workers' group (shared by every ps client of the worker). Required.
+  std::shared_ptr<CollectiveGroup> group;
+  // Dense gradients are all-reduced in buckets of at most this many bytes (TF's bytes_per_pack,
+  // Horovod's fusion buffer). Default 4 MiB.
+  int64_t bucket_bytes = 4 << 20;
+};
+
+// Thread-safe as far as the group is: updates from several threads are serialized by the group,
+// but must come in the same order on every worker (one step at a time). UpdateAsync blocks the
+// caller for the collectives, then sends the update to the replica asynchronously.
+// Update errors: kFailedPrecondition "synchronous update failed (<code>): <message>" when the
+// collectives fail (the group's kUnavailable or kDeadlineExceeded naming the silent worker,
+// kAborted once the group is broken; kFailedPrecondition when the workers' dense gradients don't
+// match), kInvalidArgument for a gradient that isn't float32. Lookup errors: kInvalidArgument for
+// a dynamic table's training lookup (not supported: the replicas' key sets would drift apart).
+// How an update whose collectives failed begins its (kFailedPrecondition) message, followed by
+// the group's code and message: the coordinator treats it as the closure's own error (it does
+// not retry the step elsewhere), and the strategy recognizes it.
+inline constexpr absl::string_view kSyncUpdateFailed = "synchronous update failed";
+
+std::unique_ptr<PsClient> NewMirroredPsClient(std::unique_ptr<PsClient> replica,
+                                              MirrorOptions options);
+
+// The all-reduce of one update's gradients, in place (what the client runs before sending);
+// exposed for tests. Errors: as above.
+absl::Status MirrorGradients(CollectiveGroup* group, int64_t bucket_bytes, UpdateRequest* request);
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_WORKER_MIRRORED_PS_CLIENT_H_
