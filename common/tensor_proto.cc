@@ -27,11 +27,14 @@ absl::StatusOr<Tensor> FromProto(const TensorProto& proto) {
   t.shape.assign(proto.shape().begin(), proto.shape().end());
   absl::Status shape_ok = ValidateShape(t.shape, "tensor");
   if (!shape_ok.ok()) return shape_ok;
-  const int64_t want = t.num_elements() * DTypeSize(t.dtype);
-  if (static_cast<int64_t>(proto.data().size()) != want) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor of shape ", ShapeToString(t.shape),
-                                                   " and dtype ", DTypeName(t.dtype), " needs ",
-                                                   want, " bytes, got ", proto.data().size()));
+  // Compared in elements: the element count times the dtype's size may not fit in 64 bits.
+  const int64_t elements = t.num_elements();
+  const int64_t size = DTypeSize(t.dtype);
+  const int64_t got = static_cast<int64_t>(proto.data().size());
+  if (got % size != 0 || got / size != elements) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor of shape ", ShapeToString(t.shape), " and dtype ", DTypeName(t.dtype), " needs ",
+        elements, " elements of ", size, " bytes, got ", got, " bytes"));
   }
   t.data = proto.data();
   return t;
