@@ -312,6 +312,175 @@ void GemmParallel(const GemmArgs& g, ThreadPool* pool, int64_t min_flops_per_pie
   });
 }
 
+// ---- Convolution and pooling -------------------------------------------------------------------
+
+// A convolution's column matrix (im2col) for a group of images stays under this many bytes, or
+// holds one image's if that is larger (device.h).
+constexpr int64_t kConvScratchBytes = int64_t{8} << 20;
+
+// 64-byte-aligned floats freed on destruction; null after a failed allocation.
+struct AlignedFloats {
+  explicit AlignedFloats(int64_t n)
+      : data(static_cast<float*>(std::aligned_alloc(
+            64, (static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(float) + 63) / 64 * 64))) {}
+  ~AlignedFloats() { std::free(data); }
+  AlignedFloats(const AlignedFloats&) = delete;
+  AlignedFloats& operator=(const AlignedFloats&) = delete;
+  float* const data;
+};
+
+// A convolution's sizes, as its loops use them.
+struct ConvDims {
+  ConvDims(const Window2D& window, const Window2DOutput& output, int64_t out_channels)
+      : w(window),
+        o(output),
+        oc(out_channels),
+        row(w.window_width * w.channels),
+        k(w.window_height * row),
+        pixels(o.height * o.width),
+        image(w.height * w.width * w.channels) {}
+
+  // A 1x1 window with stride 1 (no padding either way): the images are their own column matrix.
+  bool identity() const {
+    return w.window_height == 1 && w.window_width == 1 && w.stride_height == 1 &&
+           w.stride_width == 1;
+  }
+  // Images per column matrix.
+  int64_t chunk() const {
+    if (identity()) return w.batch;
+    const int64_t per_image = std::max<int64_t>(1, pixels * k * int64_t{sizeof(float)});
+    return std::max<int64_t>(1, std::min(w.batch, kConvScratchBytes / per_image));
+  }
+
+  const Window2D& w;
+  const Window2DOutput& o;
+  const int64_t oc;
+  const int64_t row;     // floats of one window row: window_width * channels
+  const int64_t k;       // floats of one window: the column matrix's width
+  const int64_t pixels;  // output pixels per image: the column matrix's rows per image
+  const int64_t image;   // floats of one input image
+};
+
+// Calls fn(at, lo, hi, dst) for every window row of every output pixel of one image, in output
+// pixel order: `dst` is that row's place in the column matrix (d.row floats), [lo, hi) the part of
+// it inside the image (empty for a row above or below the image), and x[at + j] its element j for
+// j in [lo, hi) (`at` itself may lie outside the image when the row starts in the padding).
+template <typename T, typename Fn>
+void ForEachWindowRow(const ConvDims& d, T* col, Fn fn) {
+  const Window2D& w = d.w;
+  const int64_t c = w.channels;
+  for (int64_t oy = 0; oy < d.o.height; ++oy) {
+    const int64_t y0 = oy * w.stride_height - d.o.pad_top;
+    for (int64_t ox = 0; ox < d.o.width; ++ox) {
+      const int64_t x0 = ox * w.stride_width - d.o.pad_left;
+      const int64_t lo = std::max<int64_t>(0, -x0) * c;
+      const int64_t hi = std::max(lo, std::min(w.window_width, w.width - x0) * c);
+      T* dst = col + (oy * d.o.width + ox) * d.k;
+      for (int64_t ky = 0; ky < w.window_height; ++ky, dst += d.row) {
+        const int64_t y = y0 + ky;
+        const bool inside = y >= 0 && y < w.height;
+        fn((y * w.width + x0) * c, inside ? lo : 0, inside ? hi : 0, dst);
+      }
+    }
+  }
+}
+
+// Unfolds one image x [height, width, channels] into col [pixels, k]: row oy * out.width + ox is
+// output pixel (oy, ox)'s window, (ky, kx, c) in order, with zeros where it leaves the image. Plain
+// loops, not memcpy: rows are short (3 floats for a 3x3 window over one channel).
+void Im2Col(const ConvDims& d, const float* __restrict x, float* __restrict col) {
+  const int64_t row = d.row;
+  ForEachWindowRow(d, col, [&](int64_t at, int64_t lo, int64_t hi, float* __restrict dst) {
+    for (int64_t j = 0; j < lo; ++j) dst[j] = 0;
+    for (int64_t j = lo; j < hi; ++j) dst[j] = x[at + j];
+    for (int64_t j = hi; j < row; ++j) dst[j] = 0;
+  });
+}
+
+// The reverse, adding: dx [height, width, channels] += each column-matrix element at the image
+// element it was unfolded from (padding's dropped). Adds in output pixel order.
+void Col2ImAdd(const ConvDims& d, const float* col, float* __restrict dx) {
+  ForEachWindowRow(d, col, [&](int64_t at, int64_t lo, int64_t hi, const float* __restrict src) {
+    for (int64_t j = lo; j < hi; ++j) dx[at + j] += src[j];
+  });
+}
+
+// The rows [lo, hi) of the window at output row (or column) o that lie inside the image.
+struct Span1D {
+  int64_t start;  // the window's first image row (may be negative: padding)
+  int64_t lo, hi;
+};
+inline Span1D WindowSpan(int64_t o, int64_t stride, int64_t pad, int64_t window, int64_t in) {
+  const int64_t start = o * stride - pad;
+  return {start, std::max<int64_t>(0, -start), std::min(window, in - start)};
+}
+
+// Max pooling of one image x [height, width, channels] into y and arg [out.height, out.width,
+// channels]. Every window overlaps the image (device.h), so each output has a first candidate.
+void MaxPoolImage(const Window2D& w, const Window2DOutput& o, const float* __restrict x,
+                  float* __restrict y, int32_t* __restrict arg) {
+  const int64_t c = w.channels;
+  for (int64_t oy = 0; oy < o.height; ++oy) {
+    const Span1D rows = WindowSpan(oy, w.stride_height, o.pad_top, w.window_height, w.height);
+    for (int64_t ox = 0; ox < o.width; ++ox) {
+      const Span1D cols = WindowSpan(ox, w.stride_width, o.pad_left, w.window_width, w.width);
+      float* __restrict out = y + (oy * o.width + ox) * c;
+      int32_t* __restrict a = arg + (oy * o.width + ox) * c;
+      bool first = true;
+      for (int64_t ky = rows.lo; ky < rows.hi; ++ky) {
+        for (int64_t kx = cols.lo; kx < cols.hi; ++kx) {
+          const int64_t at = ((rows.start + ky) * w.width + cols.start + kx) * c;
+          const float* __restrict v = x + at;
+          if (first) {
+            for (int64_t ch = 0; ch < c; ++ch) {
+              out[ch] = v[ch];
+              a[ch] = static_cast<int32_t>(at + ch);
+            }
+            first = false;
+            continue;
+          }
+          for (int64_t ch = 0; ch < c; ++ch) {
+            const bool bigger = v[ch] > out[ch];
+            out[ch] = bigger ? v[ch] : out[ch];
+            a[ch] = bigger ? static_cast<int32_t>(at + ch) : a[ch];
+          }
+        }
+      }
+    }
+  }
+}
+
+// The first output element of one image's whose argmax is not in its window (same channel), or
+// -1. The channels of a pixel are checked together, so that the compares vectorize.
+int64_t BadArgmax(const Window2D& w, const Window2DOutput& o, const int32_t* arg) {
+  const int64_t c = w.channels;
+  std::vector<uint8_t> found(c);
+  for (int64_t oy = 0; oy < o.height; ++oy) {
+    const Span1D rows = WindowSpan(oy, w.stride_height, o.pad_top, w.window_height, w.height);
+    for (int64_t ox = 0; ox < o.width; ++ox) {
+      const Span1D cols = WindowSpan(ox, w.stride_width, o.pad_left, w.window_width, w.width);
+      const int32_t* __restrict a = arg + (oy * o.width + ox) * c;
+      uint8_t* __restrict f = found.data();
+      std::fill(f, f + c, 0);
+      for (int64_t ky = rows.lo; ky < rows.hi; ++ky) {
+        for (int64_t kx = cols.lo; kx < cols.hi; ++kx) {
+          // Image elements are < 2^31 (Device checked): int32 compares.
+          const int32_t at =
+              static_cast<int32_t>(((rows.start + ky) * w.width + cols.start + kx) * c);
+          for (int64_t ch = 0; ch < c; ++ch) f[ch] |= a[ch] == at + static_cast<int32_t>(ch);
+        }
+      }
+      uint8_t all = 1;
+      for (int64_t ch = 0; ch < c; ++ch) all &= f[ch];
+      if (all) continue;
+      for (int64_t ch = 0; ch < c; ++ch) {
+        if (!f[ch]) return (oy * o.width + ox) * c + ch;
+      }
+    }
+  }
+  return -1;
+}
+
 // ---- Unique ------------------------------------------------------------------------------------
 
 struct HashSlot {
@@ -636,6 +805,113 @@ class CpuDevice : public Device {
     return absl::OkStatus();
   }
 
+  absl::Status DoConv2D(const Window2D& window, const Window2DOutput& out, int64_t out_channels,
+                        const float* input, const float* filter, float* output) override {
+    const ConvDims d(window, out, out_channels);
+    const int64_t chunk = d.chunk();
+    std::unique_ptr<AlignedFloats> col;
+    if (!d.identity()) RETURN_IF_ERROR(AllocateColumns(d, chunk, &col));
+    for (int64_t n0 = 0; n0 < window.batch; n0 += chunk) {
+      const int64_t images = std::min(chunk, window.batch - n0);
+      const float* a = input + n0 * d.image;
+      if (!d.identity()) {
+        Unfold(d, images, a, col->data);
+        a = col->data;
+      }
+      RETURN_IF_ERROR(DoGemm(/*trans_a=*/false, /*trans_b=*/false, images * d.pixels, d.oc, d.k,
+                             /*alpha=*/1, a, d.k, filter, d.oc, /*beta=*/0,
+                             output + n0 * d.pixels * d.oc, d.oc));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status DoConv2DGrad(const Window2D& window, const Window2DOutput& out,
+                            int64_t out_channels, const float* input, const float* filter,
+                            const float* d_output, float* d_input, float* d_filter) override {
+    const ConvDims d(window, out, out_channels);
+    const int64_t chunk = d.chunk();
+    std::unique_ptr<AlignedFloats> col;
+    if (!d.identity()) RETURN_IF_ERROR(AllocateColumns(d, chunk, &col));
+    for (int64_t n0 = 0; n0 < window.batch; n0 += chunk) {
+      const int64_t images = std::min(chunk, window.batch - n0);
+      const int64_t rows = images * d.pixels;
+      const float* dy = d_output + n0 * d.pixels * d.oc;
+      if (d_filter != nullptr) {
+        // d_filter (+)= columns^T dy, summed over the groups of images.
+        const float* a = input + n0 * d.image;
+        if (!d.identity()) {
+          Unfold(d, images, a, col->data);
+          a = col->data;
+        }
+        RETURN_IF_ERROR(DoGemm(/*trans_a=*/true, /*trans_b=*/false, d.k, d.oc, rows, /*alpha=*/1,
+                               a, d.k, dy, d.oc, /*beta=*/n0 == 0 ? 0.0f : 1.0f, d_filter, d.oc));
+      }
+      if (d_input != nullptr) {
+        // The columns' gradient dy filter^T, folded back onto the images.
+        float* dx = d_input + n0 * d.image;
+        float* dcol = d.identity() ? dx : col->data;
+        RETURN_IF_ERROR(DoGemm(/*trans_a=*/false, /*trans_b=*/true, rows, d.k, d.oc, /*alpha=*/1,
+                               dy, d.oc, filter, d.oc, /*beta=*/0, dcol, d.k));
+        if (!d.identity()) {
+          ParallelRanges(options_.pool, images, BytePieces(2 * rows * d.k * 4),
+                         [&](int64_t begin, int64_t end) {
+                           for (int64_t i = begin; i < end; ++i) {
+                             float* image = dx + i * d.image;
+                             std::fill(image, image + d.image, 0.0f);
+                             Col2ImAdd(d, dcol + i * d.pixels * d.k, image);
+                           }
+                         });
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status DoMaxPool2D(const Window2D& window, const Window2DOutput& out, const float* input,
+                           float* output, int32_t* argmax) override {
+    const int64_t image = window.height * window.width * window.channels;
+    const int64_t out_image = out.height * out.width * window.channels;
+    ParallelRanges(options_.pool, window.batch,
+                   BytePieces(window.batch * (image + 2 * out_image) * 4),
+                   [&](int64_t begin, int64_t end) {
+                     for (int64_t n = begin; n < end; ++n) {
+                       MaxPoolImage(window, out, input + n * image, output + n * out_image,
+                                    argmax + n * out_image);
+                     }
+                   });
+    return absl::OkStatus();
+  }
+
+  absl::Status DoMaxPool2DGrad(const Window2D& window, const Window2DOutput& out,
+                               const float* d_output, const int32_t* argmax,
+                               float* d_input) override {
+    const int64_t image = window.height * window.width * window.channels;
+    const int64_t out_image = out.height * out.width * window.channels;
+    // Every argmax checked before anything is written.
+    for (int64_t n = 0; n < window.batch; ++n) {
+      const int64_t bad = BadArgmax(window, out, argmax + n * out_image);
+      if (bad >= 0) {
+        const int64_t at = n * out_image + bad;
+        return absl::InvalidArgumentError(absl::StrCat(
+            "MaxPool2DGrad: argmax[", at, "] = ", argmax[at],
+            " is not an element of its output's window in the same channel (images of ",
+            window.height, " x ", window.width, " x ", window.channels, ")"));
+      }
+    }
+    ParallelRanges(options_.pool, window.batch,
+                   BytePieces(window.batch * (image + 2 * out_image) * 4),
+                   [&](int64_t begin, int64_t end) {
+                     for (int64_t n = begin; n < end; ++n) {
+                       float* __restrict dx = d_input + n * image;
+                       const float* __restrict dy = d_output + n * out_image;
+                       const int32_t* __restrict a = argmax + n * out_image;
+                       std::fill(dx, dx + image, 0.0f);
+                       for (int64_t i = 0; i < out_image; ++i) dx[a[i]] += dy[i];
+                     }
+                   });
+    return absl::OkStatus();
+  }
+
   absl::Status DoAxpy(int64_t n, float alpha, const float* x, float* y) override {
     Elementwise(n, [&](int64_t begin, int64_t end) {
 #pragma GCC ivdep
@@ -748,6 +1024,26 @@ class CpuDevice : public Device {
       }
     }
     return absl::OkStatus();
+  }
+
+  // The column matrix of `chunk` images. Errors: kResourceExhausted.
+  static absl::Status AllocateColumns(const ConvDims& d, int64_t chunk,
+                                      std::unique_ptr<AlignedFloats>* col) {
+    *col = std::make_unique<AlignedFloats>(chunk * d.pixels * d.k);
+    if ((*col)->data != nullptr) return absl::OkStatus();
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cpu: cannot allocate the convolution's ", chunk * d.pixels * d.k * 4,
+        " bytes of columns"));
+  }
+
+  // Im2Col of `images` images from x into col, the images split across the pool.
+  void Unfold(const ConvDims& d, int64_t images, const float* x, float* col) const {
+    ParallelRanges(options_.pool, images, BytePieces(2 * images * d.pixels * d.k * 4),
+                   [&](int64_t begin, int64_t end) {
+                     for (int64_t i = begin; i < end; ++i) {
+                       Im2Col(d, x + i * d.image, col + i * d.pixels * d.k);
+                     }
+                   });
   }
 
   // How many pieces an op touching `bytes` of memory is split into.

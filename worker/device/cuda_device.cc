@@ -272,6 +272,75 @@ class CudaDevice : public Device {
     }
     return absl::OkStatus();
   }
+  absl::Status DoConv2D(const Window2D& window, const Window2DOutput& out, int64_t out_channels,
+                        const float* input, const float* filter, float* output) override {
+    RETURN_IF_ERROR(Bind());
+    const ConvPlan plan(window, out);
+    ASSIGN_OR_RETURN(Scratch col, Scratch::Make(this, plan.ScratchBytes()));
+    for (int64_t n0 = 0; n0 < window.batch; n0 += plan.chunk) {
+      const int64_t images = std::min(plan.chunk, window.batch - n0);
+      const float* a = input + n0 * plan.image;
+      if (!plan.identity) {
+        RETURN_IF_ERROR(Check("Conv2D", k::Im2Col(plan.args, images, a,
+                                                  static_cast<float*>(col.data()), stream_)));
+        a = static_cast<const float*>(col.data());
+      }
+      RETURN_IF_ERROR(DoGemm(/*trans_a=*/false, /*trans_b=*/false, images * plan.pixels,
+                             out_channels, plan.cols, /*alpha=*/1, a, plan.cols, filter,
+                             out_channels, /*beta=*/0, output + n0 * plan.pixels * out_channels,
+                             out_channels));
+    }
+    return absl::OkStatus();
+  }
+  absl::Status DoConv2DGrad(const Window2D& window, const Window2DOutput& out,
+                            int64_t out_channels, const float* input, const float* filter,
+                            const float* d_output, float* d_input, float* d_filter) override {
+    RETURN_IF_ERROR(Bind());
+    const ConvPlan plan(window, out);
+    ASSIGN_OR_RETURN(Scratch col, Scratch::Make(this, plan.ScratchBytes()));
+    float* columns = static_cast<float*>(col.data());
+    for (int64_t n0 = 0; n0 < window.batch; n0 += plan.chunk) {
+      const int64_t images = std::min(plan.chunk, window.batch - n0);
+      const int64_t rows = images * plan.pixels;
+      const float* dy = d_output + n0 * plan.pixels * out_channels;
+      if (d_filter != nullptr) {
+        const float* a = input + n0 * plan.image;
+        if (!plan.identity) {
+          RETURN_IF_ERROR(
+              Check("Conv2DGrad", k::Im2Col(plan.args, images, a, columns, stream_)));
+          a = columns;
+        }
+        RETURN_IF_ERROR(DoGemm(/*trans_a=*/true, /*trans_b=*/false, plan.cols, out_channels, rows,
+                               /*alpha=*/1, a, plan.cols, dy, out_channels,
+                               /*beta=*/n0 == 0 ? 0.0f : 1.0f, d_filter, out_channels));
+      }
+      if (d_input != nullptr) {
+        float* dx = d_input + n0 * plan.image;
+        float* dcol = plan.identity ? dx : columns;
+        RETURN_IF_ERROR(DoGemm(/*trans_a=*/false, /*trans_b=*/true, rows, plan.cols, out_channels,
+                               /*alpha=*/1, dy, out_channels, filter, out_channels, /*beta=*/0,
+                               dcol, plan.cols));
+        if (!plan.identity) {
+          RETURN_IF_ERROR(
+              Check("Conv2DGrad", k::Col2Im(plan.args, images, columns, dx, stream_)));
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+  absl::Status DoMaxPool2D(const Window2D& window, const Window2DOutput& out, const float* input,
+                           float* output, int32_t* argmax) override {
+    RETURN_IF_ERROR(Bind());
+    return Check("MaxPool2D",
+                 k::MaxPool2D(WindowArgs(window, out), input, output, argmax, stream_));
+  }
+  absl::Status DoMaxPool2DGrad(const Window2D& window, const Window2DOutput& out,
+                               const float* d_output, const int32_t* argmax,
+                               float* d_input) override {
+    RETURN_IF_ERROR(Bind());
+    return Check("MaxPool2DGrad", k::MaxPool2DGrad(WindowArgs(window, out), d_output, argmax,
+                                                   d_input, error_, stream_));
+  }
   absl::Status DoAxpy(int64_t n, float alpha, const float* x, float* y) override {
     RETURN_IF_ERROR(Bind());
     return Check("Axpy", k::Axpy(n, alpha, x, y, stream_));
@@ -343,6 +412,41 @@ class CudaDevice : public Device {
     void* data_;
   };
 
+  // The kernels' view of a window.
+  static k::Window2DArgs WindowArgs(const Window2D& w, const Window2DOutput& out) {
+    return k::Window2DArgs{w.batch,         w.height,       w.width,          w.channels,
+                           w.window_height, w.window_width, w.stride_height,  w.stride_width,
+                           out.height,      out.width,      out.pad_top,      out.pad_left};
+  }
+
+  // How a convolution runs: im2col over groups of `chunk` images whose column matrix stays under
+  // kConvScratchBytes (device.h), or none for a 1x1 window with stride 1.
+  struct ConvPlan {
+    static constexpr int64_t kConvScratchBytes = int64_t{64} << 20;
+    ConvPlan(const Window2D& w, const Window2DOutput& out)
+        : args(WindowArgs(w, out)),
+          cols(w.window_height * w.window_width * w.channels),
+          pixels(out.height * out.width),
+          image(w.height * w.width * w.channels),
+          identity(w.window_height == 1 && w.window_width == 1 && w.stride_height == 1 &&
+                   w.stride_width == 1),
+          chunk(identity ? w.batch : ImagesPerGroup(w.batch, pixels * cols)) {}
+    // Images whose column matrices (`floats_per_image` each) fit kConvScratchBytes; at least 1.
+    static int64_t ImagesPerGroup(int64_t batch, int64_t floats_per_image) {
+      const int64_t bytes = std::max<int64_t>(1, floats_per_image * int64_t{sizeof(float)});
+      return std::max<int64_t>(1, std::min(batch, kConvScratchBytes / bytes));
+    }
+    size_t ScratchBytes() const {
+      return identity ? 0 : static_cast<size_t>(chunk * pixels * cols) * sizeof(float);
+    }
+    const k::Window2DArgs args;
+    const int64_t cols;    // the column matrix's width: one window's floats
+    const int64_t pixels;  // output pixels per image
+    const int64_t image;   // floats per input image
+    const bool identity;
+    const int64_t chunk;   // images per column matrix
+  };
+
   // Makes this device the calling thread's current one (kernels and allocations go to it).
   absl::Status Bind() { return CudaError(absl::StrCat(name(), ": cudaSetDevice"),
                                          cudaSetDevice(ordinal_)); }
@@ -362,6 +466,13 @@ class CudaDevice : public Device {
     RETURN_IF_ERROR(Check(op, cudaStreamSynchronize(stream_)));
     const bool label = record.op == k::kSoftmaxCrossEntropy ||
                        record.op == k::kSoftmaxCrossEntropyGrad;
+    if (record.op == k::kMaxPool2DGrad) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          k::KernelOpName(record.op), ": argmax[", record.position, "] = ", record.value,
+          " is not an element of its output's window in the same channel (images of ",
+          record.limit, " elements; ", name(), ", reported at ", op,
+          "; its gradient was dropped)"));
+    }
     return absl::InvalidArgumentError(absl::StrCat(
         k::KernelOpName(record.op), ": ", label ? "labels[" : "index[", record.position,
         "] = ", record.value, " is outside [0, ", record.limit, ") (", name(),

@@ -409,6 +409,104 @@ TEST_P(BackendTest, ConcatAndSplitColumns_MatchReferenceExactly) {
   }
 }
 
+// ---- Convolution and pooling -------------------------------------------------------------------
+
+Window2D Window(int64_t batch, int64_t height, int64_t width, int64_t channels, int64_t window,
+                int64_t stride, Padding padding) {
+  Window2D w;
+  w.batch = batch;
+  w.height = height;
+  w.width = width;
+  w.channels = channels;
+  w.window_height = w.window_width = window;
+  w.stride_height = w.stride_width = stride;
+  w.padding = padding;
+  return w;
+}
+
+TEST_P(BackendTest, Conv2DAndGrad_ShapesAndImageGroups_MatchReference) {
+  struct Case {
+    Window2D w;
+    int64_t out_channels;
+  };
+  for (const Case& c : std::vector<Case>{
+           {Window(64, 28, 28, 1, 3, 1, Padding::kValid), 32},  // the seed model's first layer
+           {Window(3, 9, 8, 3, 3, 2, Padding::kSame), 5},
+           {Window(4, 6, 7, 8, 1, 1, Padding::kValid), 6},  // 1x1: no column matrix
+           // 2 MB of columns per image: more than one group of images on both backends.
+           {Window(40, 40, 40, 16, 5, 1, Padding::kValid), 2},
+       }) {
+    const Window2D& w = c.w;
+    const int64_t oc = c.out_channels;
+    absl::StatusOr<Window2DOutput> out = ComputeWindow2DOutput(w);
+    ASSERT_TRUE(out.ok()) << out.status();
+    const int64_t in_size = w.batch * w.height * w.width * w.channels;
+    const int64_t filter_size = w.window_height * w.window_width * w.channels * oc;
+    const int64_t out_size = w.batch * out->height * out->width * oc;
+    const std::vector<float> x = RandomFloats(in_size, &rng_);
+    const std::vector<float> f = RandomFloats(filter_size, &rng_);
+    const std::vector<float> dy = RandomFloats(out_size, &rng_);
+    std::vector<float> y(out_size), dx(in_size), df(filter_size);
+    ASSERT_TRUE(ref_->Conv2D(w, oc, x.data(), f.data(), y.data()).ok());
+    ASSERT_TRUE(
+        ref_->Conv2DGrad(w, oc, x.data(), f.data(), dy.data(), dx.data(), df.data()).ok());
+    const float* d_x = Put(x);
+    const float* d_f = Put(f);
+    float* d_y = Alloc<float>(out_size);
+    float* d_dx = Alloc<float>(in_size);
+    float* d_df = Alloc<float>(filter_size);
+    ASSERT_TRUE(dut_->Conv2D(w, oc, d_x, d_f, d_y).ok());
+    ASSERT_TRUE(dut_->Conv2DGrad(w, oc, d_x, d_f, Put(dy), d_dx, d_df).ok());
+    const std::string what = "conv " + std::to_string(w.batch) + "x" + std::to_string(w.height) +
+                             "x" + std::to_string(w.width) + "x" + std::to_string(w.channels);
+    ExpectNear(Get(d_y, out_size), y, 1e-4, what + " output");
+    ExpectNear(Get(d_dx, in_size), dx, 1e-4, what + " d_input");
+    ExpectNear(Get(d_df, filter_size), df, 1e-4, what + " d_filter");
+  }
+}
+
+TEST_P(BackendTest, MaxPool2DAndGrad_MatchReferenceExactly) {
+  for (const Window2D& w : {Window(64, 26, 26, 32, 2, 2, Padding::kValid),  // the seed model's
+                            Window(3, 7, 9, 5, 3, 1, Padding::kSame),       // overlapping
+                            Window(2, 11, 10, 3, 3, 2, Padding::kValid)}) {
+    absl::StatusOr<Window2DOutput> out = ComputeWindow2DOutput(w);
+    ASSERT_TRUE(out.ok()) << out.status();
+    const int64_t in_size = w.batch * w.height * w.width * w.channels;
+    const int64_t out_size = w.batch * out->height * out->width * w.channels;
+    const std::vector<float> x = RandomFloats(in_size, &rng_);
+    const std::vector<float> dy = RandomFloats(out_size, &rng_);
+    std::vector<float> y(out_size), dx(in_size);
+    std::vector<int32_t> arg(out_size);
+    ASSERT_TRUE(ref_->MaxPool2D(w, x.data(), y.data(), arg.data()).ok());
+    ASSERT_TRUE(ref_->MaxPool2DGrad(w, dy.data(), arg.data(), dx.data()).ok());
+    float* d_y = Alloc<float>(out_size);
+    int32_t* d_arg = Alloc<int32_t>(out_size);
+    float* d_dx = Alloc<float>(in_size);
+    ASSERT_TRUE(dut_->MaxPool2D(w, Put(x), d_y, d_arg).ok());
+    ASSERT_TRUE(dut_->MaxPool2DGrad(w, Put(dy), d_arg, d_dx).ok());
+    EXPECT_EQ(Get(d_y, out_size), y);
+    EXPECT_EQ(Get(d_arg, out_size), arg);
+    // Both add each element's gradients in output order.
+    EXPECT_EQ(Get(d_dx, in_size), dx);
+  }
+}
+
+TEST_P(BackendTest, MaxPool2DGrad_ArgmaxOutsideWindow_InvalidArgument) {
+  const Window2D w = Window(2, 4, 4, 3, 2, 2, Padding::kValid);
+  const std::vector<float> x = RandomFloats(2 * 4 * 4 * 3, &rng_);
+  std::vector<float> y(2 * 2 * 2 * 3);
+  std::vector<int32_t> arg(y.size());
+  ASSERT_TRUE(ref_->MaxPool2D(w, x.data(), y.data(), arg.data()).ok());
+  arg[12] += 2 * 4 * 3;  // image 1's first output, two rows down: outside its window
+  const absl::Status s = OpThenSync(dut_->MaxPool2DGrad(w, Put(RandomFloats(y.size(), &rng_)),
+                                                        Put(arg), Alloc<float>(x.size())));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(s.message(),
+              HasSubstr("MaxPool2DGrad: argmax[12] = " + std::to_string(arg[12]) +
+                        " is not an element of its output's window"));
+  EXPECT_TRUE(dut_->Synchronize().ok());  // reported once
+}
+
 // ---- Vectors -----------------------------------------------------------------------------------
 
 TEST_P(BackendTest, AxpyScaleRowDot_MatchReference) {

@@ -490,6 +490,150 @@ __global__ void AccumulateKernel(int64_t n, SumInputs inputs, float* sum) {
   }
 }
 
+// ---- Convolution and pooling -------------------------------------------------------------------
+
+// One thread per column-matrix element: row r (image, output pixel), column j (ky, kx, c).
+__global__ void Im2ColKernel(Window2DArgs w, int64_t images, const float* __restrict__ input,
+                             float* __restrict__ col) {
+  const int64_t row = w.window_width * w.channels;
+  const int64_t k = w.window_height * row;
+  const int64_t pixels = w.out_height * w.out_width;
+  const int64_t size = images * pixels * k;
+  for (int64_t t = GlobalThread(); t < size; t += GridStride()) {
+    const int64_t r = t / k, j = t % k;
+    const int64_t n = r / pixels, p = r % pixels;
+    const int64_t oy = p / w.out_width, ox = p % w.out_width;
+    const int64_t ky = j / row, kx = (j % row) / w.channels, c = j % w.channels;
+    const int64_t y = oy * w.stride_height - w.pad_top + ky;
+    const int64_t x = ox * w.stride_width - w.pad_left + kx;
+    const bool inside = y >= 0 && y < w.height && x >= 0 && x < w.width;
+    col[t] = inside ? input[((n * w.height + y) * w.width + x) * w.channels + c] : 0.0f;
+  }
+}
+
+// The output rows (or columns) [*first, *last] whose windows cover image row (or column) y.
+__device__ __forceinline__ void Covering(int64_t y, int64_t pad, int64_t window, int64_t stride,
+                                         int64_t out, int64_t* first, int64_t* last) {
+  const int64_t lowest = y + pad - window + 1;  // o * stride >= lowest
+  *first = lowest <= 0 ? 0 : (lowest + stride - 1) / stride;
+  *last = min((y + pad) / stride, out - 1);
+}
+
+// One thread per image element: the sum of the column-matrix entries unfolded from it, in output
+// pixel order.
+__global__ void Col2ImKernel(Window2DArgs w, int64_t images, const float* __restrict__ col,
+                             float* __restrict__ d_input) {
+  const int64_t k = w.window_height * w.window_width * w.channels;
+  const int64_t size = images * w.height * w.width * w.channels;
+  for (int64_t t = GlobalThread(); t < size; t += GridStride()) {
+    const int64_t c = t % w.channels;
+    const int64_t x = (t / w.channels) % w.width;
+    const int64_t y = (t / (w.channels * w.width)) % w.height;
+    const int64_t n = t / (w.channels * w.width * w.height);
+    int64_t oy0, oy1, ox0, ox1;
+    Covering(y, w.pad_top, w.window_height, w.stride_height, w.out_height, &oy0, &oy1);
+    Covering(x, w.pad_left, w.window_width, w.stride_width, w.out_width, &ox0, &ox1);
+    float sum = 0;
+    for (int64_t oy = oy0; oy <= oy1; ++oy) {
+      const int64_t ky = y + w.pad_top - oy * w.stride_height;
+      for (int64_t ox = ox0; ox <= ox1; ++ox) {
+        const int64_t kx = x + w.pad_left - ox * w.stride_width;
+        sum += col[((n * w.out_height + oy) * w.out_width + ox) * k +
+                   (ky * w.window_width + kx) * w.channels + c];
+      }
+    }
+    d_input[t] = sum;
+  }
+}
+
+// The window rows [*lo, *hi) of output row (or column) o that lie inside the image, and where the
+// window starts.
+__device__ __forceinline__ void Clip(int64_t o, int64_t stride, int64_t pad, int64_t window,
+                                     int64_t in, int64_t* start, int64_t* lo, int64_t* hi) {
+  *start = o * stride - pad;
+  *lo = -*start > 0 ? -*start : 0;
+  *hi = min(window, in - *start);
+}
+
+// One thread per output element.
+__global__ void MaxPool2DKernel(Window2DArgs w, const float* __restrict__ input,
+                                float* __restrict__ output, int32_t* __restrict__ argmax) {
+  const int64_t size = w.batch * w.out_height * w.out_width * w.channels;
+  const int64_t image = w.height * w.width * w.channels;
+  for (int64_t t = GlobalThread(); t < size; t += GridStride()) {
+    const int64_t c = t % w.channels;
+    const int64_t ox = (t / w.channels) % w.out_width;
+    const int64_t oy = (t / (w.channels * w.out_width)) % w.out_height;
+    const int64_t n = t / (w.channels * w.out_width * w.out_height);
+    int64_t y0, ky_lo, ky_hi, x0, kx_lo, kx_hi;
+    Clip(oy, w.stride_height, w.pad_top, w.window_height, w.height, &y0, &ky_lo, &ky_hi);
+    Clip(ox, w.stride_width, w.pad_left, w.window_width, w.width, &x0, &kx_lo, &kx_hi);
+    const float* x = input + n * image;
+    float best = 0;
+    int64_t best_at = -1;
+    for (int64_t ky = ky_lo; ky < ky_hi; ++ky) {
+      for (int64_t kx = kx_lo; kx < kx_hi; ++kx) {
+        const int64_t at = ((y0 + ky) * w.width + x0 + kx) * w.channels + c;
+        const float v = x[at];
+        if (best_at < 0 || v > best) {
+          best = v;
+          best_at = at;
+        }
+      }
+    }
+    output[t] = best;
+    argmax[t] = static_cast<int32_t>(best_at);
+  }
+}
+
+// One thread per output element: records an argmax outside its window (or channel).
+__global__ void CheckArgmaxKernel(Window2DArgs w, const int32_t* __restrict__ argmax,
+                                  KernelError* error) {
+  const int64_t size = w.batch * w.out_height * w.out_width * w.channels;
+  for (int64_t t = GlobalThread(); t < size; t += GridStride()) {
+    const int64_t c = t % w.channels;
+    const int64_t ox = (t / w.channels) % w.out_width;
+    const int64_t oy = (t / (w.channels * w.out_width)) % w.out_height;
+    int64_t y0, ky_lo, ky_hi, x0, kx_lo, kx_hi;
+    Clip(oy, w.stride_height, w.pad_top, w.window_height, w.height, &y0, &ky_lo, &ky_hi);
+    Clip(ox, w.stride_width, w.pad_left, w.window_width, w.width, &x0, &kx_lo, &kx_hi);
+    const int32_t a = argmax[t];
+    bool found = false;
+    for (int64_t ky = ky_lo; ky < ky_hi; ++ky) {
+      for (int64_t kx = kx_lo; kx < kx_hi; ++kx) {
+        found |= a == ((y0 + ky) * w.width + x0 + kx) * w.channels + c;
+      }
+    }
+    if (!found) RecordError(error, kMaxPool2DGrad, t, a, w.height * w.width * w.channels);
+  }
+}
+
+// One thread per image element: the sum of the d_output values whose argmax names it, over the
+// outputs whose windows cover it, in output pixel order.
+__global__ void MaxPool2DGradKernel(Window2DArgs w, const float* __restrict__ d_output,
+                                    const int32_t* __restrict__ argmax,
+                                    float* __restrict__ d_input) {
+  const int64_t size = w.batch * w.height * w.width * w.channels;
+  for (int64_t t = GlobalThread(); t < size; t += GridStride()) {
+    const int64_t c = t % w.channels;
+    const int64_t x = (t / w.channels) % w.width;
+    const int64_t y = (t / (w.channels * w.width)) % w.height;
+    const int64_t n = t / (w.channels * w.width * w.height);
+    const int64_t self = (y * w.width + x) * w.channels + c;
+    int64_t oy0, oy1, ox0, ox1;
+    Covering(y, w.pad_top, w.window_height, w.stride_height, w.out_height, &oy0, &oy1);
+    Covering(x, w.pad_left, w.window_width, w.stride_width, w.out_width, &ox0, &ox1);
+    float sum = 0;
+    for (int64_t oy = oy0; oy <= oy1; ++oy) {
+      for (int64_t ox = ox0; ox <= ox1; ++ox) {
+        const int64_t o = ((n * w.out_height + oy) * w.out_width + ox) * w.channels + c;
+        if (argmax[o] == self) sum += d_output[o];
+      }
+    }
+    d_input[t] = sum;
+  }
+}
+
 }  // namespace
 
 const char* KernelOpName(int32_t op) {
@@ -502,6 +646,8 @@ const char* KernelOpName(int32_t op) {
       return "SoftmaxCrossEntropy";
     case kSoftmaxCrossEntropyGrad:
       return "SoftmaxCrossEntropyGrad";
+    case kMaxPool2DGrad:
+      return "MaxPool2DGrad";
     default:
       return "unknown op";
   }
@@ -674,6 +820,37 @@ cudaError_t SegmentSum(int64_t n, int64_t dim, const float* grads, const int32_t
                                                                a.offsets);
   SegmentReduceKernel<<<Blocks(num_unique * dim), kThreads, 0, stream>>>(
       dim, num_unique, grads, a.sorted_pos, a.offsets, out);
+  return cudaGetLastError();
+}
+
+cudaError_t Im2Col(const Window2DArgs& w, int64_t images, const float* input, float* col,
+                   cudaStream_t stream) {
+  const int64_t size =
+      images * w.out_height * w.out_width * w.window_height * w.window_width * w.channels;
+  Im2ColKernel<<<Blocks(size), kThreads, 0, stream>>>(w, images, input, col);
+  return cudaGetLastError();
+}
+
+cudaError_t Col2Im(const Window2DArgs& w, int64_t images, const float* col, float* d_input,
+                   cudaStream_t stream) {
+  const int64_t size = images * w.height * w.width * w.channels;
+  Col2ImKernel<<<Blocks(size), kThreads, 0, stream>>>(w, images, col, d_input);
+  return cudaGetLastError();
+}
+
+cudaError_t MaxPool2D(const Window2DArgs& w, const float* input, float* output, int32_t* argmax,
+                      cudaStream_t stream) {
+  const int64_t size = w.batch * w.out_height * w.out_width * w.channels;
+  MaxPool2DKernel<<<Blocks(size), kThreads, 0, stream>>>(w, input, output, argmax);
+  return cudaGetLastError();
+}
+
+cudaError_t MaxPool2DGrad(const Window2DArgs& w, const float* d_output, const int32_t* argmax,
+                          float* d_input, KernelError* error, cudaStream_t stream) {
+  const int64_t outputs = w.batch * w.out_height * w.out_width * w.channels;
+  CheckArgmaxKernel<<<Blocks(outputs), kThreads, 0, stream>>>(w, argmax, error);
+  const int64_t inputs = w.batch * w.height * w.width * w.channels;
+  MaxPool2DGradKernel<<<Blocks(inputs), kThreads, 0, stream>>>(w, d_output, argmax, d_input);
   return cudaGetLastError();
 }
 

@@ -32,6 +32,7 @@ enum KernelOp : int32_t {
   kSegmentSum = 2,
   kSoftmaxCrossEntropy = 3,
   kSoftmaxCrossEntropyGrad = 4,
+  kMaxPool2DGrad = 5,  // `value` is the bad argmax, `limit` the image's size in elements
 };
 
 // "GatherRows", ...; "unknown op" for anything else.
@@ -100,6 +101,38 @@ cudaError_t SegmentSumScratchBytes(int64_t n, int64_t num_unique, size_t* bytes)
 cudaError_t SegmentSum(int64_t n, int64_t dim, const float* grads, const int32_t* index,
                        int64_t num_unique, float* out, void* scratch, size_t scratch_bytes,
                        KernelError* error, cudaStream_t stream);
+
+// ---- Convolution and pooling -------------------------------------------------------------------
+
+// device.h's Window2D and its Window2DOutput, as plain numbers: NHWC images [batch, height, width,
+// channels], a window of window_height x window_width moved by the strides, the output
+// [batch, out_height, out_width, ...], window (oy, ox) starting at image row
+// oy * stride_height - pad_top and column ox * stride_width - pad_left.
+struct Window2DArgs {
+  int64_t batch, height, width, channels;
+  int64_t window_height, window_width, stride_height, stride_width;
+  int64_t out_height, out_width, pad_top, pad_left;
+};
+
+// Unfolds `images` images at `input` into the column matrix `col` [images * out_height *
+// out_width, window_height * window_width * channels]: a row per output pixel, holding its window
+// in (ky, kx, c) order, zeros where the window leaves the image.
+cudaError_t Im2Col(const Window2DArgs& w, int64_t images, const float* input, float* col,
+                   cudaStream_t stream);
+// The reverse, as a gradient: d_input (`images` images, overwritten) = for each element, the sum
+// of the column-matrix entries unfolded from it, added in output pixel order (the CPU's order).
+cudaError_t Col2Im(const Window2DArgs& w, int64_t images, const float* col, float* d_input,
+                   cudaStream_t stream);
+// Max pooling over all w.batch images: output and argmax [batch, out_height, out_width, channels],
+// argmax the index within its image, (y * width + x) * channels + c, the first largest in the
+// window's row-major order (the padding never wins).
+cudaError_t MaxPool2D(const Window2DArgs& w, const float* input, float* output, int32_t* argmax,
+                      cudaStream_t stream);
+// d_input (overwritten) = the sum of the d_output values whose argmax names each element, in
+// output pixel order (no atomics: the CPU's order). An argmax outside its window (or channel) is
+// recorded in `error` and its value dropped.
+cudaError_t MaxPool2DGrad(const Window2DArgs& w, const float* d_output, const int32_t* argmax,
+                          float* d_input, KernelError* error, cudaStream_t stream);
 
 // ---- Vectors -----------------------------------------------------------------------------------
 

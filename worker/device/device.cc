@@ -1,6 +1,8 @@
 // Device's argument checks (the same for every backend) and CreateDevice's choice of backend.
 #include "worker/device/device.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -36,6 +38,75 @@ absl::StatusOr<int64_t> Product(const char* op, int64_t a, int64_t b) {
   return a * b;
 }
 
+
+// Checks `window` and returns where its windows land (ComputeWindow2DOutput), errors naming `op`.
+absl::StatusOr<Window2DOutput> CheckWindow(const char* op, const Window2D& w) {
+  RETURN_IF_ERROR(NonNegative(op, "window.batch", w.batch));
+  RETURN_IF_ERROR(NonNegative(op, "window.height", w.height));
+  RETURN_IF_ERROR(NonNegative(op, "window.width", w.width));
+  RETURN_IF_ERROR(NonNegative(op, "window.channels", w.channels));
+  struct Positive {
+    const char* what;
+    int64_t value;
+  };
+  for (const Positive& p : {Positive{"window.window_height", w.window_height},
+                            Positive{"window.window_width", w.window_width},
+                            Positive{"window.stride_height", w.stride_height},
+                            Positive{"window.stride_width", w.stride_width}}) {
+    if (p.value < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(op, ": ", p.what, " must be >= 1, got ", p.value));
+    }
+  }
+  ASSIGN_OR_RETURN(int64_t pixels, Product(op, w.height, w.width));
+  ASSIGN_OR_RETURN(int64_t image, Product(op, pixels, w.channels));
+  RETURN_IF_ERROR(Product(op, image, w.batch).status());
+  // One spatial dimension: output size and padding before, as device.h's Padding describes.
+  auto dimension = [&](const char* what, int64_t in, int64_t k, int64_t s, int64_t* out,
+                       int64_t* pad_before) -> absl::Status {
+    if (w.padding == Padding::kValid) {
+      if (k > in) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            op, ": window.window_", what, " ", k, " exceeds the image's ", what, " ", in,
+            " (kValid padding: every window lies inside the image)"));
+      }
+      *out = (in - k) / s + 1;
+      *pad_before = 0;
+      return absl::OkStatus();
+    }
+    *out = in / s + (in % s != 0 ? 1 : 0);
+    // The last window starts r = in - (out - 1) * s (in [1, s]) before the image's end.
+    const int64_t pad_total = *out == 0 ? 0 : std::max<int64_t>(k - (in - (*out - 1) * s), 0);
+    *pad_before = pad_total / 2;
+    return absl::OkStatus();
+  };
+  Window2DOutput out;
+  RETURN_IF_ERROR(
+      dimension("height", w.height, w.window_height, w.stride_height, &out.height, &out.pad_top));
+  RETURN_IF_ERROR(
+      dimension("width", w.width, w.window_width, w.stride_width, &out.width, &out.pad_left));
+  return out;
+}
+
+// Element counts of a convolution's or pooling's tensors.
+struct WindowSizes {
+  int64_t input = 0;   // batch * height * width * channels
+  int64_t output = 0;  // batch * out.height * out.width * out_channels
+  int64_t filter = 0;  // window_height * window_width * channels * out_channels
+};
+
+absl::StatusOr<WindowSizes> Sizes(const char* op, const Window2D& w, const Window2DOutput& out,
+                                  int64_t out_channels) {
+  WindowSizes sizes;
+  sizes.input = w.batch * w.height * w.width * w.channels;  // CheckWindow checked the product
+  ASSIGN_OR_RETURN(int64_t out_pixels, Product(op, out.height, out.width));
+  ASSIGN_OR_RETURN(int64_t out_image, Product(op, out_pixels, out_channels));
+  ASSIGN_OR_RETURN(sizes.output, Product(op, out_image, w.batch));
+  ASSIGN_OR_RETURN(int64_t window, Product(op, w.window_height, w.window_width));
+  ASSIGN_OR_RETURN(int64_t rows, Product(op, window, w.channels));
+  ASSIGN_OR_RETURN(sizes.filter, Product(op, rows, out_channels));
+  return sizes;
+}
 }  // namespace
 
 // ---- DeviceBuffer ------------------------------------------------------------------------------
@@ -345,6 +416,92 @@ absl::Status Device::SplitColumns(int64_t rows, const float* in,
   RETURN_IF_ERROR(Pointer("SplitColumns", "in", in, size));
   if (size == 0) return absl::OkStatus();
   return DoSplitColumns(rows, in, blocks);
+}
+
+// ---- Convolution and pooling -------------------------------------------------------------------
+
+absl::StatusOr<Window2DOutput> ComputeWindow2DOutput(const Window2D& window) {
+  return CheckWindow("ComputeWindow2DOutput", window);
+}
+
+absl::Status Device::Conv2D(const Window2D& window, int64_t out_channels, const float* input,
+                            const float* filter, float* output) {
+  constexpr char kOp[] = "Conv2D";
+  ASSIGN_OR_RETURN(Window2DOutput out, CheckWindow(kOp, window));
+  RETURN_IF_ERROR(NonNegative(kOp, "out_channels", out_channels));
+  ASSIGN_OR_RETURN(WindowSizes sizes, Sizes(kOp, window, out, out_channels));
+  const bool work = sizes.output > 0;
+  RETURN_IF_ERROR(Pointer(kOp, "input", input, work ? sizes.input : 0));
+  RETURN_IF_ERROR(Pointer(kOp, "filter", filter, work ? sizes.filter : 0));
+  RETURN_IF_ERROR(Pointer(kOp, "output", output, sizes.output));
+  if (!work) return absl::OkStatus();
+  // No input channels: every sum is empty.
+  if (window.channels == 0) return DoZero(output, sizes.output * sizeof(float));
+  return DoConv2D(window, out, out_channels, input, filter, output);
+}
+
+absl::Status Device::Conv2DGrad(const Window2D& window, int64_t out_channels, const float* input,
+                                const float* filter, const float* d_output, float* d_input,
+                                float* d_filter) {
+  constexpr char kOp[] = "Conv2DGrad";
+  ASSIGN_OR_RETURN(Window2DOutput out, CheckWindow(kOp, window));
+  RETURN_IF_ERROR(NonNegative(kOp, "out_channels", out_channels));
+  ASSIGN_OR_RETURN(WindowSizes sizes, Sizes(kOp, window, out, out_channels));
+  const bool want_input = d_input != nullptr && sizes.input > 0;
+  const bool want_filter = d_filter != nullptr && sizes.filter > 0;
+  const bool work = (want_input || want_filter) && sizes.output > 0;
+  RETURN_IF_ERROR(Pointer(kOp, "input", input, work && want_filter ? sizes.input : 0));
+  RETURN_IF_ERROR(Pointer(kOp, "filter", filter, work && want_input ? sizes.filter : 0));
+  RETURN_IF_ERROR(Pointer(kOp, "d_output", d_output, work ? sizes.output : 0));
+  if (!work) {
+    // An empty output (no images, or no output channels): both gradients are zero.
+    if (want_input) RETURN_IF_ERROR(DoZero(d_input, sizes.input * sizeof(float)));
+    if (want_filter) RETURN_IF_ERROR(DoZero(d_filter, sizes.filter * sizeof(float)));
+    return absl::OkStatus();
+  }
+  return DoConv2DGrad(window, out, out_channels, input, filter, d_output,
+                      want_input ? d_input : nullptr, want_filter ? d_filter : nullptr);
+}
+
+namespace {
+
+// MaxPool2D's argmax is an int32 index within one image.
+absl::Status ImageFitsInt32(const char* op, const Window2D& w) {
+  const int64_t image = w.height * w.width * w.channels;  // CheckWindow checked the product
+  if (image <= INT32_MAX) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      op, ": an image of ", w.height, " x ", w.width, " x ", w.channels,
+      " elements exceeds the int32 argmax"));
+}
+
+}  // namespace
+
+absl::Status Device::MaxPool2D(const Window2D& window, const float* input, float* output,
+                               int32_t* argmax) {
+  constexpr char kOp[] = "MaxPool2D";
+  ASSIGN_OR_RETURN(Window2DOutput out, CheckWindow(kOp, window));
+  RETURN_IF_ERROR(ImageFitsInt32(kOp, window));
+  ASSIGN_OR_RETURN(WindowSizes sizes, Sizes(kOp, window, out, window.channels));
+  RETURN_IF_ERROR(Pointer(kOp, "input", input, sizes.output > 0 ? sizes.input : 0));
+  RETURN_IF_ERROR(Pointer(kOp, "output", output, sizes.output));
+  RETURN_IF_ERROR(Pointer(kOp, "argmax", argmax, sizes.output));
+  if (sizes.output == 0) return absl::OkStatus();
+  return DoMaxPool2D(window, out, input, output, argmax);
+}
+
+absl::Status Device::MaxPool2DGrad(const Window2D& window, const float* d_output,
+                                   const int32_t* argmax, float* d_input) {
+  constexpr char kOp[] = "MaxPool2DGrad";
+  ASSIGN_OR_RETURN(Window2DOutput out, CheckWindow(kOp, window));
+  RETURN_IF_ERROR(ImageFitsInt32(kOp, window));
+  ASSIGN_OR_RETURN(WindowSizes sizes, Sizes(kOp, window, out, window.channels));
+  const bool work = sizes.input > 0 && sizes.output > 0;
+  RETURN_IF_ERROR(Pointer(kOp, "d_output", d_output, work ? sizes.output : 0));
+  RETURN_IF_ERROR(Pointer(kOp, "argmax", argmax, work ? sizes.output : 0));
+  RETURN_IF_ERROR(Pointer(kOp, "d_input", d_input, sizes.input));
+  if (sizes.input == 0) return absl::OkStatus();
+  if (!work) return DoZero(d_input, sizes.input * sizeof(float));  // no window covers anything
+  return DoMaxPool2DGrad(window, out, d_output, argmax, d_input);
 }
 
 // ---- Vectors -----------------------------------------------------------------------------------

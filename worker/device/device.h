@@ -1,7 +1,8 @@
-// The worker's math layer: the dense and embedding ops that models call in their forward and
-// backward passes, behind one abstract `Device`. The CPU device (the reference, and what CI runs) is
-// made by CreateCpuDevice(); the CUDA device (cuda_device.cc, in a build with CUDA) sits behind the
-// same interface, chosen at run time by CreateDevice() when a GPU is present. Float32 only.
+// The worker's math layer: the dense, convolution and embedding ops that models call in their
+// forward and backward passes, behind one abstract `Device`. The CPU device (the reference, and
+// what CI runs) is made by CreateCpuDevice(); the CUDA device (cuda_device.cc, in a build with
+// CUDA) sits behind the same interface, chosen at run time by CreateDevice() when a GPU is present.
+// Float32 only.
 //
 // Memory. Every pointer an op takes is a *device pointer*: memory from Allocate(), or (on a device
 // whose host_memory() is true, such as the CPU) any host memory the caller owns. Move data in and out
@@ -9,12 +10,13 @@
 // elements. Indices into row tables are int32 (a batch has far fewer than 2^31 rows).
 //
 // Errors. Ops check their arguments and return kInvalidArgument naming the op and the argument
-// (negative size, leading dimension too small, null pointer with a nonzero size, index or label out of
-// range) before writing anything. Ops may run asynchronously on an accelerator: their results are
-// ready for the host after Synchronize() (or the next CopyToHost(), which waits). On the CPU every op
-// has finished when it returns. On a GPU the data-dependent checks (index and label ranges) run in
-// the kernels: such an error comes back from the next Synchronize(), CopyToHost() or Unique(), and
-// the rows with a bad index are written as zeros.
+// (negative size, leading dimension too small, null pointer with a nonzero size, index, label or
+// argmax out of range) before writing anything. Ops may run asynchronously on an accelerator: their
+// results are ready for the host after Synchronize() (or the next CopyToHost(), which waits). On
+// the CPU every op has finished when it returns. On a GPU the data-dependent checks (index, label
+// and argmax ranges) run in the kernels: such an error comes back from the next Synchronize(),
+// CopyToHost() or Unique(), and the rows with a bad index are written as zeros (a bad argmax's
+// gradient is dropped).
 //
 // Aliasing. Outputs must not overlap inputs unless the op's comment says so.
 #ifndef PSTRAIN_WORKER_DEVICE_DEVICE_H_
@@ -61,6 +63,45 @@ class DeviceBuffer {
   void* data_ = nullptr;
   int64_t bytes_ = 0;
 };
+
+// ---- Convolution and pooling geometry ---------------------------------------------------------
+
+// How a 2-D window (a convolution's filter, a pooling window) is laid over an image, as TensorFlow
+// defines it, in each spatial dimension of input size `in`, window `k` and stride `s`:
+//   kValid  no padding: every window lies inside the image; out = (in - k) / s + 1 (in >= k).
+//   kSame   out = ceil(in / s); the image is padded by max((out - 1) * s + k - in, 0) in all, the
+//           smaller half (floor) before the first row / column and the rest after. Conv2D reads the
+//           padding as zeros; MaxPool2D ignores it (every window still covers part of the image).
+enum class Padding { kValid, kSame };
+
+// A 2-D window sliding over a batch of NHWC images [batch, height, width, channels] (row-major,
+// channels fastest). For a convolution `channels` are its input channels and the window its filter.
+struct Window2D {
+  int64_t batch = 0;          // images; default 0
+  int64_t height = 0;         // rows of each image; default 0
+  int64_t width = 0;          // columns of each image; default 0
+  int64_t channels = 0;       // channels of each pixel; default 0
+  int64_t window_height = 1;  // the window's rows (>= 1); default 1
+  int64_t window_width = 1;   // the window's columns (>= 1); default 1
+  int64_t stride_height = 1;  // rows between windows (>= 1); default 1
+  int64_t stride_width = 1;   // columns between windows (>= 1); default 1
+  Padding padding = Padding::kValid;  // default kValid
+};
+
+// Where a Window2D's windows land: the output's rows and columns (the output is
+// [batch, height, width, out channels]), and the padding before the first row and column (0 with
+// kValid). Output pixel (oy, ox)'s window starts at image row oy * stride_height - pad_top and
+// column ox * stride_width - pad_left.
+struct Window2DOutput {
+  int64_t height = 0;
+  int64_t width = 0;
+  int64_t pad_top = 0;
+  int64_t pad_left = 0;
+};
+
+// The output geometry of `window`. Errors: kInvalidArgument naming the field (a negative size, a
+// window or stride < 1, a kValid window larger than the image, sizes that overflow int64).
+absl::StatusOr<Window2DOutput> ComputeWindow2DOutput(const Window2D& window);
 
 // One compute device. Thread-safe: ops may be called from several threads at once (on outputs that
 // do not overlap). The public methods check their arguments, then call the backend's Do* hook.
@@ -165,6 +206,46 @@ class Device {
   // The reverse (ConcatColumns' gradient): blocks[j][r] = the matching columns of in[r].
   absl::Status SplitColumns(int64_t rows, const float* in, absl::Span<const ColumnBlock> blocks);
 
+  // ---- Convolution and pooling (NHWC, float32; geometry as Window2D above) ---------------------
+
+  // 2-D convolution (TF's Conv2D, without bias: add one with BiasAdd over [batch * out.height *
+  // out.width, out_channels]). input [batch, height, width, channels], filter [window_height,
+  // window_width, channels, out_channels] (TF's HWIO), output [batch, out.height, out.width,
+  // out_channels] (`out` = ComputeWindow2DOutput(window)):
+  //   output[n][oy][ox][o] = sum over ky, kx, c of
+  //       input[n][oy * stride_height - pad_top + ky][ox * stride_width - pad_left + kx][c]
+  //       * filter[ky][kx][c][o]                   (an input position outside the image reads 0)
+  // Computed as im2col + Gemm: each output pixel's window is unfolded into a row of a column matrix
+  // [pixels, window_height * window_width * channels] that multiplies the filter, read as a matrix
+  // [window_height * window_width * channels, out_channels].
+  //
+  // Scratch: the device allocates the column matrix itself for the duration of the call (no
+  // workspace argument), for a group of images at a time, so it stays under a bound (CPU 8 MiB,
+  // GPU 64 MiB, or one image's if that is larger) however large the batch: out of memory is
+  // kResourceExhausted. A 1x1 window with stride 1 needs none (the input is its own column matrix).
+  absl::Status Conv2D(const Window2D& window, int64_t out_channels, const float* input,
+                      const float* filter, float* output);
+  // Conv2D's gradients from d_output (output's shape): d_input (input's shape) and d_filter
+  // (filter's shape), both overwritten. Either may be null to skip it (a first layer needs no
+  // d_input); `input` is read only for d_filter and `filter` only for d_input (the other may then
+  // be null). d_filter = sum over the batch (not the mean: d_output carries any scaling). Scratch
+  // as Conv2D's.
+  absl::Status Conv2DGrad(const Window2D& window, int64_t out_channels, const float* input,
+                          const float* filter, const float* d_output, float* d_input,
+                          float* d_filter);
+  // 2-D max pooling (TF's MaxPool): output [batch, out.height, out.width, channels] holds each
+  // window's largest value per channel (the padding of kSame never wins: it is not part of the
+  // image), and argmax (int32, output's shape) where it came from, as the element's index within
+  // its image: (y * width + x) * channels + c (the first in the window's row-major order on ties).
+  // Errors: kInvalidArgument also for an image of 2^31 elements or more (the argmax is int32).
+  absl::Status MaxPool2D(const Window2D& window, const float* input, float* output,
+                         int32_t* argmax);
+  // MaxPool2D's gradient: d_input (input's shape, overwritten) = each d_output value added to the
+  // image element its argmax names (summed where windows overlap). argmax is MaxPool2D's.
+  // Errors: kInvalidArgument if an argmax is not inside its output's window (same channel).
+  absl::Status MaxPool2DGrad(const Window2D& window, const float* d_output, const int32_t* argmax,
+                             float* d_input);
+
   // ---- Vectors (matrix factorization) ----------------------------------------------------------
 
   // y += alpha * x over n values.
@@ -227,6 +308,19 @@ class Device {
                                        float* out) = 0;
   virtual absl::Status DoSplitColumns(int64_t rows, const float* in,
                                       absl::Span<const ColumnBlock> blocks) = 0;
+  // `out` is ComputeWindow2DOutput(window); every size is nonzero where the op has work (the public
+  // methods return early on an empty output, zeroing d_filter / d_input as needed).
+  virtual absl::Status DoConv2D(const Window2D& window, const Window2DOutput& out,
+                                int64_t out_channels, const float* input, const float* filter,
+                                float* output) = 0;
+  virtual absl::Status DoConv2DGrad(const Window2D& window, const Window2DOutput& out,
+                                    int64_t out_channels, const float* input, const float* filter,
+                                    const float* d_output, float* d_input, float* d_filter) = 0;
+  virtual absl::Status DoMaxPool2D(const Window2D& window, const Window2DOutput& out,
+                                   const float* input, float* output, int32_t* argmax) = 0;
+  virtual absl::Status DoMaxPool2DGrad(const Window2D& window, const Window2DOutput& out,
+                                       const float* d_output, const int32_t* argmax,
+                                       float* d_input) = 0;
   virtual absl::Status DoAxpy(int64_t n, float alpha, const float* x, float* y) = 0;
   virtual absl::Status DoScale(int64_t n, float alpha, float* x) = 0;
   virtual absl::Status DoRowDot(int64_t rows, int64_t dim, const float* a, const float* b,

@@ -341,6 +341,48 @@ void CheckKernels(const Gpu& gpu, Results* results) {
     CUDA_OK(k::SumBuffers(3, buffers, n, s));
     results->Equal("sum_buffers", db.Download(), sum);
   }
+  {  // Convolution's column matrix and its fold back; max pooling and its gradient.
+    struct Case {
+      k::Window2DArgs w;
+      const char* name;
+    };
+    // batch, height, width, channels, window, strides, output, padding (as device.h computes it).
+    for (const Case& c : {Case{{64, 28, 28, 1, 3, 3, 1, 1, 26, 26, 0, 0}, "seed_conv"},
+                          Case{{3, 9, 8, 3, 3, 3, 2, 2, 5, 4, 1, 0}, "same_stride2"},
+                          Case{{64, 26, 26, 32, 2, 2, 2, 2, 13, 13, 0, 0}, "seed_pool"},
+                          Case{{2, 7, 9, 5, 3, 3, 1, 1, 7, 9, 1, 1}, "same_overlapping"}}) {
+      const k::Window2DArgs& w = c.w;
+      const int64_t in_size = w.batch * w.height * w.width * w.channels;
+      const int64_t col_size = w.batch * w.out_height * w.out_width * w.window_height *
+                               w.window_width * w.channels;
+      const int64_t out_size = w.batch * w.out_height * w.out_width * w.channels;
+      const std::vector<float> x = RandomFloats(in_size, &rng);
+      const std::vector<float> cols = RandomFloats(col_size, &rng);
+      const std::vector<float> dy = RandomFloats(out_size, &rng);
+      DeviceArray<float> dx(x), dcol(col_size), dcols(cols), dback(in_size), dout(out_size);
+      DeviceArray<float> ddy(dy);
+      DeviceArray<int32_t> darg(out_size);
+      std::vector<float> col(col_size), back(in_size), out(out_size), grad(in_size);
+      std::vector<int32_t> arg(out_size);
+      const std::string name = c.name;
+      CUDA_OK(k::Im2Col(w, w.batch, dx.get(), dcol.get(), s));
+      reference::Im2Col(w, w.batch, x.data(), col.data());
+      results->Equal(("im2col_" + name).c_str(), dcol.Download(), col);
+      CUDA_OK(k::Col2Im(w, w.batch, dcols.get(), dback.get(), s));
+      reference::Col2Im(w, w.batch, cols.data(), back.data());
+      results->Equal(("col2im_" + name).c_str(), dback.Download(), back);
+      CUDA_OK(k::MaxPool2D(w, dx.get(), dout.get(), darg.get(), s));
+      reference::MaxPool2D(w, x.data(), out.data(), arg.data());
+      results->Equal(("max_pool_" + name).c_str(), dout.Download(), out);
+      results->Equal(("max_pool_argmax_" + name).c_str(), darg.Download(), arg);
+      CUDA_OK(k::MaxPool2DGrad(w, ddy.get(), darg.get(), dback.get(), error.get(), s));
+      reference::MaxPool2DGrad(w, dy.data(), arg.data(), grad.data());
+      results->Equal(("max_pool_grad_" + name).c_str(), dback.Download(), grad);
+    }
+    const k::KernelError e = error.Download()[0];
+    const bool clean = e.op == k::kNoError;
+    results->Report("max_pool_grad_no_error", clean, clean ? 0 : INFINITY);
+  }
   {  // Out-of-range indices are recorded, not fatal.
     DeviceArray<float> table(4 * 8), out(3 * 8);
     DeviceArray<int32_t> index(std::vector<int32_t>{0, 7, 1});
@@ -349,6 +391,19 @@ void CheckKernels(const Gpu& gpu, Results* results) {
     const k::KernelError e = error.Download()[0];
     const bool ok = e.op == k::kGatherRows && e.position == 1 && e.value == 7 && e.limit == 4;
     results->Report("gather_rows_bad_index_recorded", ok, ok ? 0 : INFINITY);
+  }
+  {  // An argmax outside its window is recorded, its gradient dropped.
+    const k::Window2DArgs w{1, 4, 4, 1, 2, 2, 2, 2, 2, 2, 0, 0};
+    DeviceArray<float> dy(std::vector<float>{1, 1, 1, 1}), dx(16);
+    // Output 2's window holds elements 8, 9, 12 and 13.
+    DeviceArray<int32_t> arg(std::vector<int32_t>{0, 2, 15, 10});
+    CUDA_OK(cudaMemset(error.get(), 0, sizeof(k::KernelError)));
+    CUDA_OK(k::MaxPool2DGrad(w, dy.get(), arg.get(), dx.get(), error.get(), s));
+    const k::KernelError e = error.Download()[0];
+    const std::vector<float> grad = dx.Download();
+    const bool ok = e.op == k::kMaxPool2DGrad && e.position == 2 && e.value == 15 &&
+                    e.limit == 16 && grad[15] == 0 && grad[0] == 1 && grad[10] == 1;
+    results->Report("max_pool_grad_bad_argmax_recorded", ok, ok ? 0 : INFINITY);
   }
   CUDA_OK(cudaStreamSynchronize(s));
 }

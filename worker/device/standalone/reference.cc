@@ -5,6 +5,8 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "worker/device/cuda_kernels.h"
+
 namespace pstrain {
 namespace reference {
 namespace {
@@ -175,6 +177,89 @@ void RowDotGrad(int64_t rows, int64_t dim, const float* a, const float* b, const
       da[r * dim + j] = dout[r] * b[r * dim + j];
       db[r * dim + j] = dout[r] * a[r * dim + j];
     }
+  }
+}
+
+
+// Image row (or column) of window position k at output position o, or -1 outside the image.
+int64_t Source(int64_t o, int64_t k, int64_t stride, int64_t pad, int64_t in) {
+  const int64_t v = o * stride - pad + k;
+  return v >= 0 && v < in ? v : -1;
+}
+
+void Im2Col(const cuda_kernels::Window2DArgs& w, int64_t images, const float* input, float* col) {
+  for (int64_t n = 0; n < images; ++n) {
+    for (int64_t oy = 0; oy < w.out_height; ++oy) {
+      for (int64_t ox = 0; ox < w.out_width; ++ox) {
+        for (int64_t ky = 0; ky < w.window_height; ++ky) {
+          const int64_t y = Source(oy, ky, w.stride_height, w.pad_top, w.height);
+          for (int64_t kx = 0; kx < w.window_width; ++kx) {
+            const int64_t x = Source(ox, kx, w.stride_width, w.pad_left, w.width);
+            for (int64_t c = 0; c < w.channels; ++c) {
+              *col++ = y < 0 || x < 0 ? 0.0f
+                                      : input[((n * w.height + y) * w.width + x) * w.channels + c];
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+void Col2Im(const cuda_kernels::Window2DArgs& w, int64_t images, const float* col,
+            float* d_input) {
+  std::fill(d_input, d_input + images * w.height * w.width * w.channels, 0.0f);
+  for (int64_t n = 0; n < images; ++n) {
+    for (int64_t oy = 0; oy < w.out_height; ++oy) {
+      for (int64_t ox = 0; ox < w.out_width; ++ox) {
+        for (int64_t ky = 0; ky < w.window_height; ++ky) {
+          const int64_t y = Source(oy, ky, w.stride_height, w.pad_top, w.height);
+          for (int64_t kx = 0; kx < w.window_width; ++kx) {
+            const int64_t x = Source(ox, kx, w.stride_width, w.pad_left, w.width);
+            for (int64_t c = 0; c < w.channels; ++c, ++col) {
+              if (y >= 0 && x >= 0) {
+                d_input[((n * w.height + y) * w.width + x) * w.channels + c] += *col;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+void MaxPool2D(const cuda_kernels::Window2DArgs& w, const float* input, float* output,
+               int32_t* argmax) {
+  for (int64_t n = 0; n < w.batch; ++n) {
+    const float* image = input + n * w.height * w.width * w.channels;
+    for (int64_t oy = 0; oy < w.out_height; ++oy) {
+      for (int64_t ox = 0; ox < w.out_width; ++ox) {
+        for (int64_t c = 0; c < w.channels; ++c, ++output, ++argmax) {
+          int64_t best = -1;
+          for (int64_t ky = 0; ky < w.window_height; ++ky) {
+            const int64_t y = Source(oy, ky, w.stride_height, w.pad_top, w.height);
+            for (int64_t kx = 0; kx < w.window_width; ++kx) {
+              const int64_t x = Source(ox, kx, w.stride_width, w.pad_left, w.width);
+              if (y < 0 || x < 0) continue;
+              const int64_t at = (y * w.width + x) * w.channels + c;
+              if (best < 0 || image[at] > image[best]) best = at;
+            }
+          }
+          *output = image[best];
+          *argmax = static_cast<int32_t>(best);
+        }
+      }
+    }
+  }
+}
+
+void MaxPool2DGrad(const cuda_kernels::Window2DArgs& w, const float* d_output,
+                   const int32_t* argmax, float* d_input) {
+  const int64_t image = w.height * w.width * w.channels;
+  const int64_t out_image = w.out_height * w.out_width * w.channels;
+  std::fill(d_input, d_input + w.batch * image, 0.0f);
+  for (int64_t i = 0; i < w.batch * out_image; ++i) {
+    d_input[i / out_image * image + argmax[i]] += d_output[i];
   }
 }
 

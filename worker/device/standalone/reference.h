@@ -8,6 +8,10 @@
 #include <vector>
 
 namespace pstrain {
+namespace cuda_kernels {
+struct Window2DArgs;
+}  // namespace cuda_kernels
+
 namespace reference {
 
 // C = alpha * op(A) op(B) + beta * C (beta == 0 ignores C).
@@ -36,6 +40,17 @@ void Axpy(int64_t n, float alpha, const float* x, float* y);
 void RowDot(int64_t rows, int64_t dim, const float* a, const float* b, float* out);
 void RowDotGrad(int64_t rows, int64_t dim, const float* a, const float* b, const float* dout,
                 float* da, float* db);
+// Convolution and pooling on NHWC images (cuda_kernels.h's Window2DArgs): the column matrix of
+// `images` images; its fold back (overwriting d_input, each element's entries added in output
+// pixel order); max pooling with each max's index within its image (the first on ties); and its
+// gradient (overwriting d_input, added in output order).
+void Im2Col(const cuda_kernels::Window2DArgs& w, int64_t images, const float* input, float* col);
+void Col2Im(const cuda_kernels::Window2DArgs& w, int64_t images, const float* col,
+            float* d_input);
+void MaxPool2D(const cuda_kernels::Window2DArgs& w, const float* input, float* output,
+               int32_t* argmax);
+void MaxPool2DGrad(const cuda_kernels::Window2DArgs& w, const float* d_output,
+                   const int32_t* argmax, float* d_input);
 
 }  // namespace reference
 }  // namespace pstrain
