@@ -23,6 +23,12 @@
 //                      SegmentSum (GB/s of the [n, dim] side, compare with memcpy), SumPool.
 //   allreduce.*        GB/s of AllReduceSum over 2 and 4 replicas of 1M floats (bytes of one
 //                      buffer per second).
+//   conv.*             GFLOP/s (2 flops per multiply-add of the direct definition) of Conv2D and
+//                      Conv2DGrad at batch 128: the seed CNN's 3x3 convolution of 28x28x1 images
+//                      into 32 channels (d_filter only, as a first layer), and a 3x3 convolution of
+//                      13x13x32 into 64 (both gradients), 1 thread and with the pool.
+//   max_pool.*         GB/s (input + output + argmax bytes) of MaxPool2D and MaxPool2DGrad, 2x2
+//                      stride 2 over [128, 26, 26, 32]: compare with memcpy.
 #include <sched.h>
 
 #include <algorithm>
@@ -50,7 +56,7 @@
 
 ABSL_FLAG(double, seconds, 0.5, "Timed seconds per measurement (after a warm-up of a fifth).");
 ABSL_FLAG(std::vector<std::string>, only, {},
-          "Run only these groups (default all): limits, gemm, mlp, embedding, allreduce.");
+          "Run only these groups (default all): limits, gemm, mlp, embedding, allreduce, conv.");
 
 namespace pstrain {
 namespace {
@@ -345,6 +351,83 @@ void RunMlp(Device* single, Device* pooled) {
   }
 }
 
+// ---- Convolution and pooling -------------------------------------------------------------------
+
+void RunConv(Device* single, Device* pooled) {
+  constexpr int64_t kBatch = 128;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  auto random = [&](int64_t n) {
+    std::vector<float> v(n);
+    for (float& x : v) x = dist(rng);
+    return v;
+  };
+  struct ConvShape {
+    std::string name;
+    int64_t height, width, channels, out_channels;
+    bool d_input;  // a first layer needs none
+  };
+  for (const ConvShape& shape : {ConvShape{"28x28x1_to_32", 28, 28, 1, 32, false},
+                                 ConvShape{"13x13x32_to_64", 13, 13, 32, 64, true}}) {
+    Window2D w;
+    w.batch = kBatch;
+    w.height = shape.height;
+    w.width = shape.width;
+    w.channels = shape.channels;
+    w.window_height = w.window_width = 3;
+    const absl::StatusOr<Window2DOutput> out = ComputeWindow2DOutput(w);
+    Check(out.status());
+    const int64_t oc = shape.out_channels;
+    const std::vector<float> x = random(kBatch * shape.height * shape.width * shape.channels);
+    const std::vector<float> f = random(9 * shape.channels * oc);
+    const std::vector<float> dy = random(kBatch * out->height * out->width * oc);
+    std::vector<float> y(dy.size()), dx(x.size()), df(f.size());
+    const double flops = 2.0 * kBatch * out->height * out->width * 9 * shape.channels * oc;
+    for (Device* d : {single, pooled}) {
+      const std::string threads = d == single ? ".1thread" : ".pool";
+      EmitRate("conv.forward." + shape.name + threads, UnitsPerSec([&] {
+                 Check(d->Conv2D(w, oc, x.data(), f.data(), y.data()));
+                 Clobber(y.data());
+                 return flops;
+               }) / 1e9,
+               "GFLOP/s");
+      const double grads = shape.d_input ? 2 : 1;
+      EmitRate("conv.backward." + shape.name + threads, UnitsPerSec([&] {
+                 Check(d->Conv2DGrad(w, oc, x.data(), f.data(), dy.data(),
+                                     shape.d_input ? dx.data() : nullptr, df.data()));
+                 Clobber(df.data());
+                 return grads * flops;
+               }) / 1e9,
+               "GFLOP/s", {{"gradients", shape.d_input ? "d_input, d_filter" : "d_filter"}});
+    }
+  }
+  Window2D w;
+  w.batch = kBatch;
+  w.height = w.width = 26;
+  w.channels = 32;
+  w.window_height = w.window_width = w.stride_height = w.stride_width = 2;
+  const int64_t in_size = kBatch * 26 * 26 * 32, out_size = kBatch * 13 * 13 * 32;
+  const std::vector<float> x = random(in_size), dy = random(out_size);
+  std::vector<float> y(out_size), dx(in_size);
+  std::vector<int32_t> arg(out_size);
+  const double bytes = 4.0 * (in_size + 2 * out_size);
+  for (Device* d : {single, pooled}) {
+    const std::string threads = d == single ? ".1thread" : ".pool";
+    EmitRate("max_pool.forward" + threads, UnitsPerSec([&] {
+               Check(d->MaxPool2D(w, x.data(), y.data(), arg.data()));
+               Clobber(y.data());
+               return bytes;
+             }) / 1e9,
+             "GB/s");
+    EmitRate("max_pool.backward" + threads, UnitsPerSec([&] {
+               Check(d->MaxPool2DGrad(w, dy.data(), arg.data(), dx.data()));
+               Clobber(dx.data());
+               return bytes;
+             }) / 1e9,
+             "GB/s");
+  }
+}
+
 // ---- Embeddings --------------------------------------------------------------------------------
 
 void RunEmbedding(Device* single, Device* pooled, const Rate& memcpy_gbps) {
@@ -461,6 +544,7 @@ int Main() {
   if (Enabled("mlp")) RunMlp(single->get(), pooled->get());
   if (Enabled("embedding")) RunEmbedding(single->get(), pooled->get(), memcpy_gbps);
   if (Enabled("allreduce")) RunAllReduce(single->get(), pooled->get());
+  if (Enabled("conv")) RunConv(single->get(), pooled->get());
   return 0;
 }
 
