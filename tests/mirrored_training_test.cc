@@ -93,6 +93,7 @@ TEST_F(MirroredTrainingTest, TwoWorkers_ReplicasIdentical_AndEqualToOneWorker) {
   EXPECT_EQ(replicas_[0], replicas_[1]);  // bit-identical, every shard
   EXPECT_EQ(two->attempts, 1);
   EXPECT_EQ(two->chief.end_step, 3 * 20);
+  EXPECT_EQ(two->chief.examples, 3 * 400);  // both workers' shares
   EXPECT_GT(two->chief.metrics.values["test_accuracy"], 0.85);
   const std::map<std::string, std::string> synced = replicas_[0];
 

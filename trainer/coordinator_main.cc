@@ -22,6 +22,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/byte_size.h"
 #include "common/logging.h"
@@ -36,11 +37,18 @@
 #include "models/devices.h"
 #include "models/registry.h"
 #include "coordinator/in_process_cluster.h"
+#include "trainer/mirrored_strategy.h"
 
 ABSL_FLAG(std::string, cluster_spec, "in_process:workers=2,ps=2",
           "The cluster: TF_CONFIG-style JSON text, the path of a JSON file, or "
           "in_process:workers=N,ps=M to start the tasks inside this process. When empty, the "
           "TF_CONFIG environment variable is used.");
+ABSL_FLAG(std::string, strategy, "parameter_server",
+          "train: parameter_server (variables on the ps tasks, asynchronous workers) or "
+          "multi_worker_mirrored (a replica of every variable on every worker, gradients "
+          "all-reduced every step; with --cluster_spec=in_process:workers=N, N workers in this "
+          "process, no ps tasks; a worker failure restarts every worker from the latest "
+          "checkpoint).");
 ABSL_FLAG(absl::Duration, connect_timeout, absl::Seconds(10),
           "How long to wait for each task to answer before calling it unreachable.");
 ABSL_FLAG(std::string, job, "train",
@@ -186,8 +194,9 @@ std::string WithModel(std::string text, const std::string& model) {
   return text;
 }
 
-// Trains --model on the cluster and prints the run's summary as one JSON line.
-int RunTrainJob(const ClusterSpec& spec) {
+// Trains --model on the cluster (or, with `mirrored_workers` > 0, on that many synchronous
+// workers of its own) and prints the run's summary as one JSON line.
+int RunTrainJob(const ClusterSpec* spec, int mirrored_workers = 0) {
   const std::string name = absl::GetFlag(FLAGS_model);
   ModelOptions options;
   options.data = absl::GetFlag(FLAGS_data);
@@ -235,9 +244,6 @@ int RunTrainJob(const ClusterSpec& spec) {
     }
     options.extra[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
-  absl::StatusOr<std::unique_ptr<Model>> model = CreateModel(name, options);
-  if (!model.ok()) return Fail(std::string(model.status().message()));
-
   TrainerOptions trainer;
   trainer.checkpoint_dir = WithModel(absl::GetFlag(FLAGS_checkpoint_dir), name);
   trainer.restore = absl::GetFlag(FLAGS_restore);
@@ -257,7 +263,22 @@ int RunTrainJob(const ClusterSpec& spec) {
   trainer.early_stopping_patience = absl::GetFlag(FLAGS_early_stopping_patience);
   trainer.early_stopping_min_delta = absl::GetFlag(FLAGS_early_stopping_min_delta);
   trainer.keep_best = absl::GetFlag(FLAGS_keep_best);
-  absl::StatusOr<TrainResult> result = Train(spec, model->get(), trainer);
+  absl::StatusOr<TrainResult> result;
+  if (mirrored_workers > 0) {
+    MirroredOptions mirrored;
+    mirrored.num_workers = mirrored_workers;
+    absl::StatusOr<MirroredResult> job = TrainMultiWorkerMirrored(name, options, trainer, mirrored);
+    if (!job.ok()) return Fail(std::string(job.status().message()));
+    if (job->attempts > 1) {
+      std::fprintf(stderr, "note: %d attempt(s) failed and the job resumed from a checkpoint: %s\n",
+                   job->attempts - 1, absl::StrJoin(job->failures, "; ").c_str());
+    }
+    result = std::move(job->chief);
+  } else {
+    absl::StatusOr<std::unique_ptr<Model>> model = CreateModel(name, options);
+    if (!model.ok()) return Fail(std::string(model.status().message()));
+    result = Train(*spec, model->get(), trainer);
+  }
   if (!result.ok()) return Fail(std::string(result.status().message()));
   if (result->start_step == result->end_step && !result->restored_from.empty()) {
     std::fprintf(stderr,
@@ -276,6 +297,26 @@ int Run() {
   if (!spec_flag.ok()) return Fail(std::string(spec_flag.status().message()));
   const std::string& spec_text = *spec_flag;
 
+  const std::string strategy = absl::GetFlag(FLAGS_strategy);
+  if (strategy == "multi_worker_mirrored") {
+    if (absl::GetFlag(FLAGS_job) != "train") {
+      return Fail("--strategy=multi_worker_mirrored is for --job=train");
+    }
+    if (!absl::StartsWith(spec_text, "in_process")) {
+      return Fail(absl::StrCat(
+          "--strategy=multi_worker_mirrored runs its workers in this process for now "
+          "(--cluster_spec=in_process:workers=N); ", source, " names a multi-process cluster"));
+    }
+    absl::StatusOr<InProcessClusterOptions> options = ParseInProcessSpec(spec_text);
+    if (!options.ok()) return Fail(absl::StrCat(source, ": ", options.status().message()));
+    std::fprintf(stderr, "strategy: multi_worker_mirrored, %d synchronous worker(s), no ps\n",
+                 options->num_workers);
+    return RunTrainJob(nullptr, options->num_workers);
+  }
+  if (strategy != "parameter_server") {
+    return Fail(absl::StrCat("--strategy=", strategy,
+                             " is not a strategy (parameter_server, multi_worker_mirrored)"));
+  }
   std::unique_ptr<InProcessCluster> in_process;
   absl::StatusOr<ClusterSpec> spec = absl::InvalidArgumentError("unset");
   if (absl::StartsWith(spec_text, "in_process")) {
@@ -326,7 +367,7 @@ int Run() {
   std::fflush(table);
   if (absl::GetFlag(FLAGS_job) == "health") return 0;
   if (absl::GetFlag(FLAGS_job) == "sum") return RunSumJob(*spec);
-  if (absl::GetFlag(FLAGS_job) == "train") return RunTrainJob(*spec);
+  if (absl::GetFlag(FLAGS_job) == "train") return RunTrainJob(&*spec);
   return Fail(
       absl::StrCat("--job=", absl::GetFlag(FLAGS_job), " is not a job (train, sum, health)"));
 }

@@ -158,9 +158,14 @@ absl::StatusOr<MirroredResult> TrainMultiWorkerMirrored(const std::string& model
       }
     }
     if (all_ok) {
+      // The chief's summary, with every worker's examples (each trained its share).
+      int64_t examples = 0;
+      for (const RankOutcome& o : outcomes) examples += o.result.examples;
       job.chief = std::move(outcomes[0].result);
       job.chief.num_workers = mirrored.num_workers;
       job.chief.num_ps = 0;
+      job.chief.examples = examples;
+      if (job.chief.train_seconds > 0) job.chief.examples_per_sec = examples / job.chief.train_seconds;
       return job;
     }
     job.failures.push_back(root.ToString());
