@@ -7,11 +7,16 @@
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "common/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "collective/gloo_group.h"
+#include "collective/rendezvous_service.h"
+#include "coordinator/in_process_cluster.h"
 #include "ps/grpc_ps_client.h"
 #include "tests/toy_fashion_data.h"
 
@@ -144,6 +149,55 @@ TEST_F(MirroredTrainingTest, WorkerDies_OthersStop_JobResumesFromLastCheckpoint)
   ASSERT_THAT(replicas_, SizeIs(2));
   EXPECT_EQ(replicas_[0], replicas_[1]);
   EXPECT_GT(result->chief.metrics.values["test_accuracy"], 0.85);
+}
+
+// Replicas that start apart (different initializers) all hold the chief's values after the
+// broadcast.
+TEST(BroadcastFromChiefTest, ReplicasTakeTheChiefsValues) {
+  auto rendezvous = RendezvousServer::Start("127.0.0.1:0");
+  ASSERT_TRUE(rendezvous.ok()) << rendezvous.status();
+  std::map<int, std::map<std::string, std::string>> after;
+  absl::Mutex mu;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      InProcessClusterOptions cluster_options;
+      cluster_options.num_workers = 1;
+      auto cluster = InProcessCluster::Start(cluster_options);
+      ASSERT_TRUE(cluster.ok()) << cluster.status();
+      const std::string address = (*cluster)->spec().tasks(kPs)[0];
+      std::unique_ptr<PsClient> ps = NewGrpcPsClient(0, address);
+      CreateShardsRequest create;
+      VariableShardDef* def = create.add_shards();
+      def->set_name("v");
+      def->set_variable("v");
+      def->add_full_shape(6);
+      def->add_full_shape(2);
+      def->set_dtype(DT_FLOAT32);
+      def->set_num_rows(6);
+      def->set_num_shards(1);
+      def->mutable_initializer()->set_kind(InitializerDef::UNIFORM);
+      def->mutable_initializer()->set_maxval(1);
+      def->mutable_initializer()->set_seed(100 + r);  // a different start on every worker
+      CreateShardsResponse created;
+      ASSERT_TRUE(ps->CreateShards(create, &created).ok());
+      CollectiveGroupOptions options;
+      options.rendezvous_address = (*rendezvous)->address();
+      options.rank = r;
+      options.size = 3;
+      auto group = CreateGlooGroup(options);
+      ASSERT_TRUE(group.ok()) << group.status();
+      ASSERT_TRUE(BroadcastFromChief(group->get(), ps.get()).ok());
+      std::map<std::string, std::string> values = ReadReplica(address);
+      absl::MutexLock lock(&mu);
+      after[r] = std::move(values);
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_THAT(after, SizeIs(3));
+  EXPECT_THAT(after[0]["v"], SizeIs(6 * 2 * sizeof(float)));
+  EXPECT_EQ(after[1], after[0]);
+  EXPECT_EQ(after[2], after[0]);
 }
 
 TEST_F(MirroredTrainingTest, EarlyStopping_RefusedClearly) {

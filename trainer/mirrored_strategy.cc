@@ -1,5 +1,7 @@
 #include "trainer/mirrored_strategy.h"
 
+#include <algorithm>
+#include <functional>
 #include <memory>
 #include <ostream>
 #include <thread>
@@ -34,6 +36,57 @@ class NullBuffer : public std::streambuf {
  protected:
   int overflow(int c) override { return c; }
 };
+
+}  // namespace
+
+absl::Status BroadcastFromChief(CollectiveGroup* group, PsClient* replica) {
+  ListShardsResponse shards;
+  RETURN_IF_ERROR(replica->ListShards(ListShardsRequest(), &shards));
+  std::vector<const VariableShardDef*> defs;
+  for (const VariableShardDef& def : shards.shards()) {
+    if (def.dtype() == DT_FLOAT32 && !def.has_dynamic()) defs.push_back(&def);
+  }
+  std::sort(defs.begin(), defs.end(),
+            [](const VariableShardDef* a, const VariableShardDef* b) { return a->name() < b->name(); });
+  // The shard list itself must match, or the broadcasts would not line up.
+  std::string names;
+  for (const VariableShardDef* def : defs) absl::StrAppend(&names, def->name(), ":", def->num_rows(), ";");
+  std::vector<int64_t> hashes, counts;
+  const int64_t mine = static_cast<int64_t>(std::hash<std::string>()(names));
+  RETURN_IF_ERROR(group->AllGather(absl::MakeConstSpan(&mine, 1), &hashes, &counts));
+  for (int r = 1; r < group->size(); ++r) {
+    if (hashes[r] != hashes[0]) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "multi_worker_mirrored: ", group->names()[r], " has other variables than ",
+          group->names()[0], "; every worker must set up the same model"));
+    }
+  }
+  for (const VariableShardDef* def : defs) {
+    ReadRequest read;
+    ReadOp* op = read.add_ops();
+    op->set_shard(def->name());
+    op->mutable_range()->set_row_begin(def->row_offset());
+    op->mutable_range()->set_row_end(def->row_offset() + def->num_rows());
+    ReadResponse values;
+    RETURN_IF_ERROR(replica->Read(read, &values));
+    std::string& bytes = *values.mutable_values(0);
+    RETURN_IF_ERROR(group->Broadcast(reinterpret_cast<float*>(bytes.data()),
+                                     static_cast<int64_t>(bytes.size() / sizeof(float)), 0));
+    if (group->rank() == 0) continue;
+    UpdateRequest assign;
+    UpdateOp* set = assign.add_ops();
+    set->set_shard(def->name());
+    set->set_kind(UpdateOp::ASSIGN);
+    *set->mutable_range() = op->range();
+    set->set_values(std::move(bytes));
+    set->set_dtype(DT_FLOAT32);
+    UpdateResponse done;
+    RETURN_IF_ERROR(replica->Update(assign, &done));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
 
 struct RankOutcome {
   absl::Status status;
@@ -92,6 +145,9 @@ RankOutcome RunRank(int attempt, int rank, const std::string& rendezvous,
     options.progress.out = &null_stream;
   }
   if (attempt > 0) options.restore = "latest";
+  options.before_steps = [&](ClusterCoordinator* coordinator) {
+    return BroadcastFromChief(group.get(), coordinator->ps()->ps(0));
+  };
   const auto user_after_step = chief_options.after_step;
   options.after_step = [&](int64_t step) -> absl::Status {
     if (user_after_step && rank == 0) RETURN_IF_ERROR(user_after_step(step));

@@ -1,5 +1,6 @@
 // Synchronous training across workers: TensorFlow's MultiWorkerMirroredStrategy on a workers-only
 // cluster. Every worker holds a replica of every variable (a ps task of its own, in its process),
+// starts from the chief's values (broadcast once set up or restored),
 // trains on its share of each step's batch (models/batches.h, ReplicaShare), and all-reduces the
 // gradients with the others every step before applying them (worker/mirrored_ps_client.h,
 // collective/ over Gloo), so the replicas stay identical. Each worker runs the same trainer loop
@@ -28,6 +29,7 @@
 #include "absl/time/time.h"
 #include "collective/collective_group.h"
 #include "models/model.h"
+#include "ps/ps_client.h"
 #include "trainer/trainer.h"
 
 namespace pstrain {
@@ -59,6 +61,13 @@ struct MirroredResult {
   int attempts = 0;
   std::vector<std::string> failures;
 };
+
+// Every worker starts from the chief's values: each float32 shard of this worker's `replica` is
+// read, broadcast from rank 0 (in the replicas' common shard order) and assigned back. Optimizer
+// slots are not (a fresh start has the same initial slots everywhere, and a resumed one restored
+// the same checkpoint on every worker). Errors: the group's and the replica's;
+// kFailedPrecondition when the workers hold different variables.
+absl::Status BroadcastFromChief(CollectiveGroup* group, PsClient* replica);
 
 // Trains `model_name` with `model_options` on `mirrored.num_workers` synchronous workers.
 // `options` are the chief's (checkpoint_dir, logdir, validation, ...); restores come from

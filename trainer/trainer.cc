@@ -305,6 +305,7 @@ absl::StatusOr<TrainResult> Train(const ClusterSpec& spec, Model* model,
                                  absl::StrFormat("%s=%.17g at step %d", watch.monitor, value, step));
   };
 
+  if (options.before_steps) RETURN_IF_ERROR(options.before_steps(coordinator.get()));
   bool stop = false;
   if (validating && options.validate_at_start && start == 0 && !restored.has_value()) {
     RETURN_IF_ERROR(validate(0, &stop));

@@ -88,6 +88,9 @@ struct TrainerOptions {
   bool keep_best = true;
   // Tests only: called after each step is collected; an error stops training with that error.
   std::function<absl::Status(int64_t step)> after_step;
+  // Called once the variables are set up (and restored), before the first step; an error stops
+  // the run. The synchronous strategy broadcasts the chief's variables here.
+  std::function<absl::Status(ClusterCoordinator* coordinator)> before_steps;
 };
 
 struct TrainResult {
