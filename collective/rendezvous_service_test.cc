@@ -168,6 +168,17 @@ TEST(RendezvousStateTest, Abort_WaitsForTheDeadRankToBeSilent) {
   std::thread t([&] { ASSERT_TRUE(state.Join(JoinRequest(0, 2)).ok()); });
   ASSERT_TRUE(state.Join(JoinRequest(1, 2)).ok());
   t.join();
+  // Rank 0 (the reporter) keeps beating; rank 1 is dead from the start.
+  absl::Notification reported;
+  std::thread beats([&] {
+    RendezvousHeartbeatRequest beat;
+    beat.set_group("train");
+    beat.set_generation(1);
+    beat.set_rank(0);
+    do {
+      state.Heartbeat(beat).status().IgnoreError();
+    } while (!reported.WaitForNotificationWithTimeout(absl::Milliseconds(50)));
+  });
   RendezvousAbortRequest abort;
   abort.set_group("train");
   abort.set_generation(1);
@@ -176,10 +187,13 @@ TEST(RendezvousStateTest, Abort_WaitsForTheDeadRankToBeSilent) {
   abort.set_wait_ms(5000);
   const absl::Time start = absl::Now();
   auto response = state.Abort(abort);
+  reported.Notify();
+  beats.join();
   ASSERT_TRUE(response.ok()) << response.status();
-  // Both joined at once and neither beat since: both are silent once 300 ms passed, not later.
+  // Answered once rank 1 went silent (300 ms after it joined), not at the end of the wait.
   EXPECT_LT(absl::Now() - start, absl::Seconds(4));
-  EXPECT_THAT(response->silent_ranks(), ElementsAre(0, 1));
+  EXPECT_THAT(response->silent_ranks(), ElementsAre(1));
+  EXPECT_THAT(response->silent(), ElementsAre(HasSubstr("worker:1 (rank 1, silent")));
   EXPECT_THAT(response->aborted(), HasSubstr("worker:0 failed: all_reduce: connection reset"));
 }
 

@@ -7,7 +7,7 @@
 #   bash tools/test.sh --config=asan //ps/...   # anything else: `bazel test` with these arguments
 #
 # Stages: suite: `bazel test //...`; asan: the same under ASan + UBSan (--config=asan);
-# tsan: the ps, worker, coordinator and cluster tests under ThreadSanitizer (--config=tsan);
+# tsan: the ps, collective, worker, coordinator and cluster tests under ThreadSanitizer (--config=tsan);
 # fuzz: every fuzz target for PSTRAIN_FUZZ_SECONDS (default 20) from its seeds (tools/fuzz.sh),
 # counted as one test case per target.
 set -uo pipefail
@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 
 # The TSan subset: the concurrent parts. (The model-training tests are left out: under TSan they
 # take many times their normal time and test the same locks as these.)
-TSAN_TARGETS=(//ps/... //worker/... //coordinator/... //common/... //third_party/sanitizers/...
+TSAN_TARGETS=(//ps/... //collective/... //worker/... //coordinator/... //common/... //third_party/sanitizers/...
               //tests:coordinator_test //tests:ps_cluster_test //tests:checkpoint_test
               //tests:dynamic_table_test)
 
