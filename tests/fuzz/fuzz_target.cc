@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -84,6 +85,28 @@ FuzzInputBuilder& FuzzInputBuilder::U16(uint16_t v) {
 FuzzInputBuilder& FuzzInputBuilder::Bytes(const std::string& s) {
   out_ += s;
   return *this;
+}
+
+void ServeFuzzCalls(FuzzInput* in, int method_count, int max_calls, const FuzzServe& serve) {
+  std::string reply;
+  for (int calls = 0; !in->empty() && calls < max_calls; ++calls) {
+    const int method = in->TakeByte() % (method_count + 1);
+    const size_t cut = in->TakeByte();
+    const std::string request = in->TakeBytes(in->TakeU16());
+    const size_t at = std::min(cut, request.size());
+    const std::vector<absl::string_view> pieces = {absl::string_view(request).substr(0, at),
+                                                   absl::string_view(request).substr(at)};
+    bool replied = false;
+    const absl::Status status = serve(method, pieces, [&](size_t bytes) {
+      if (replied) __builtin_trap();  // at most one reply
+      replied = true;
+      reply.assign(bytes, '\0');
+      return reply.data();
+    });
+    if (FuzzVerbose()) {
+      std::fprintf(stderr, "call %d: method %d: %s\n", calls, method, status.ToString().c_str());
+    }
+  }
 }
 
 }  // namespace pstrain

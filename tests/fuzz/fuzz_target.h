@@ -9,8 +9,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
@@ -45,6 +49,16 @@ class FuzzInput {
   const uint8_t* data_;
   size_t size_;
 };
+
+// A service's handler on one call (common/raw_service.h's RawHandler): method number, the
+// request's pieces, where the reply goes.
+using FuzzServe = std::function<absl::Status(int method, const std::vector<absl::string_view>& request,
+                                             const std::function<char*(size_t)>& reply)>;
+
+// Serves up to `max_calls` calls read from `in`, each: a byte (the method number, modulo
+// `method_count` + 1, so one past the last is tried too), a byte (where the request is cut in two
+// pieces, as gRPC's slices may cut it), and a u16-length request. Traps if a handler replies twice.
+void ServeFuzzCalls(FuzzInput* in, int method_count, int max_calls, const FuzzServe& serve);
 
 // Builds inputs in FuzzInput's format (for seeds).
 class FuzzInputBuilder {

@@ -182,24 +182,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ps.SetIdentity(TaskIdentity::New("ps", 0, "localhost:1"));
 
   FuzzInput in(data, size);
-  std::string reply;
-  for (int calls = 0; !in.empty() && calls < 16; ++calls) {
-    const int method = in.TakeByte() % (PsServiceHandlers::Service()->method_count() + 1);
-    const size_t cut = in.TakeByte();
-    const std::string request = in.TakeBytes(in.TakeU16());
-    const size_t at = std::min(cut, request.size());
-    const std::vector<absl::string_view> pieces = {absl::string_view(request).substr(0, at),
-                                                   absl::string_view(request).substr(at)};
-    bool replied = false;
-    const absl::Status status = ps.Serve(method, pieces, [&](size_t bytes) {
-      if (replied) __builtin_trap();  // at most one reply
-      replied = true;
-      reply.assign(bytes, '\0');
-      return reply.data();
-    });
-    if (FuzzVerbose()) std::fprintf(stderr, "call %d: method %d: %s\n", calls, method,
-                                    status.ToString().c_str());
-  }
+  ServeFuzzCalls(&in, PsServiceHandlers::Service()->method_count(), /*max_calls=*/16,
+                 [&](int method, const std::vector<absl::string_view>& request,
+                     const std::function<char*(size_t)>& reply) {
+                   return ps.Serve(method, request, reply);
+                 });
   // Nothing outside the root: the fuzz directory holds only it.
   for (const auto& entry : std::filesystem::directory_iterator(FuzzDir())) {
     if (entry.path().filename() != "root") __builtin_trap();

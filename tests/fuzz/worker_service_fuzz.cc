@@ -88,21 +88,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   WorkerServiceHandlers worker(Registry(), PsConnection::ToAddresses({}), /*num_workers=*/2);
   worker.SetIdentity(TaskIdentity::New("worker", 0, "localhost:1"));
   FuzzInput in(data, size);
-  std::string reply;
-  for (int calls = 0; !in.empty() && calls < 8; ++calls) {
-    const int method = in.TakeByte() % (WorkerServiceHandlers::Service()->method_count() + 1);
-    const size_t cut = in.TakeByte();
-    const std::string request = in.TakeBytes(in.TakeU16());
-    const size_t at = std::min(cut, request.size());
-    const absl::Status status = worker.Serve(method,
-                       {absl::string_view(request).substr(0, at),
-                        absl::string_view(request).substr(at)},
-                       [&](size_t bytes) {
-                         reply.assign(bytes, '\0');
-                         return reply.data();
-                       });
-    if (FuzzVerbose()) std::fprintf(stderr, "call %d: method %d: %s\n", calls, method,
-                                    status.ToString().c_str());
-  }
+  ServeFuzzCalls(&in, WorkerServiceHandlers::Service()->method_count(), /*max_calls=*/8,
+                 [&](int method, const std::vector<absl::string_view>& request,
+                     const std::function<char*(size_t)>& reply) {
+                   return worker.Serve(method, request, reply);
+                 });
   return 0;
 }
