@@ -416,33 +416,38 @@ inline Span1D WindowSpan(int64_t o, int64_t stride, int64_t pad, int64_t window,
 }
 
 // Max pooling of one image x [height, width, channels] into y and arg [out.height, out.width,
-// channels]. Every window overlaps the image (device.h), so each output has a first candidate.
+// channels]. Every window overlaps the image (device.h): its first element in the image starts
+// each channel's max, the others challenge it in window order, all channels at once (the compares
+// and selects vectorize; indices are int32, as images are below 2^31 elements).
 void MaxPoolImage(const Window2D& w, const Window2DOutput& o, const float* __restrict x,
                   float* __restrict y, int32_t* __restrict arg) {
-  const int64_t c = w.channels;
+  const int32_t c = static_cast<int32_t>(w.channels);
   for (int64_t oy = 0; oy < o.height; ++oy) {
     const Span1D rows = WindowSpan(oy, w.stride_height, o.pad_top, w.window_height, w.height);
     for (int64_t ox = 0; ox < o.width; ++ox) {
       const Span1D cols = WindowSpan(ox, w.stride_width, o.pad_left, w.window_width, w.width);
       float* __restrict out = y + (oy * o.width + ox) * c;
       int32_t* __restrict a = arg + (oy * o.width + ox) * c;
-      bool first = true;
+      const auto element = [&](int64_t ky, int64_t kx) {
+        return static_cast<int32_t>(((rows.start + ky) * w.width + cols.start + kx) * c);
+      };
+      const int32_t first = element(rows.lo, cols.lo);
+      for (int32_t ch = 0; ch < c; ++ch) {
+        out[ch] = x[first + ch];
+        a[ch] = first + ch;
+      }
       for (int64_t ky = rows.lo; ky < rows.hi; ++ky) {
         for (int64_t kx = cols.lo; kx < cols.hi; ++kx) {
-          const int64_t at = ((rows.start + ky) * w.width + cols.start + kx) * c;
+          if (ky == rows.lo && kx == cols.lo) continue;
+          const int32_t at = element(ky, kx);
           const float* __restrict v = x + at;
-          if (first) {
-            for (int64_t ch = 0; ch < c; ++ch) {
-              out[ch] = v[ch];
-              a[ch] = static_cast<int32_t>(at + ch);
-            }
-            first = false;
-            continue;
-          }
-          for (int64_t ch = 0; ch < c; ++ch) {
-            const bool bigger = v[ch] > out[ch];
-            out[ch] = bigger ? v[ch] : out[ch];
-            a[ch] = bigger ? static_cast<int32_t>(at + ch) : a[ch];
+          // Written as masks, not `bigger ? ... : ...`, which GCC turns back into branches
+          // (mispredicted half the time on real data) instead of vector selects.
+          for (int32_t ch = 0; ch < c; ++ch) {
+            const float value = v[ch], best = out[ch];
+            const int32_t mask = -static_cast<int32_t>(value > best);
+            out[ch] = std::max(best, value);
+            a[ch] = (a[ch] & ~mask) | ((at + ch) & mask);
           }
         }
       }
