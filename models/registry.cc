@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "models/fashion_mnist_cnn.h"
 #include "models/fashion_mnist_mlp.h"
 #include "models/flights_ctr.h"
 #include "models/movielens_mf.h"
@@ -13,6 +14,7 @@ namespace pstrain {
 absl::Status RegisterModelClosures(ClosureRegistry* registry) {
   RETURN_IF_ERROR(RegisterMatrixFactorization(registry));
   RETURN_IF_ERROR(RegisterFashionMnistMlp(registry));
+  RETURN_IF_ERROR(RegisterFashionMnistCnn(registry));
   RETURN_IF_ERROR(RegisterFlightsCtr(registry));
   RETURN_IF_ERROR(RegisterTabular(registry));
   return absl::OkStatus();
@@ -26,13 +28,15 @@ absl::StatusOr<std::shared_ptr<const ClosureRegistry>> TrainingRegistry() {
 }
 
 std::vector<std::string> ModelNames() {
-  return {kMatrixFactorizationModel, kFashionMnistMlpModel, kFlightsCtrModel, kTabularModel};
+  return {kMatrixFactorizationModel, kFashionMnistMlpModel, kFashionMnistCnnModel,
+          kFlightsCtrModel, kTabularModel};
 }
 
 absl::StatusOr<std::unique_ptr<Model>> CreateModel(const std::string& name,
                                                    const ModelOptions& options) {
   if (name == kMatrixFactorizationModel) return CreateMatrixFactorization(options);
   if (name == kFashionMnistMlpModel) return CreateFashionMnistMlp(options);
+  if (name == kFashionMnistCnnModel) return CreateFashionMnistCnn(options);
   if (name == kFlightsCtrModel) return CreateFlightsCtr(options);
   if (name == kTabularModel) return CreateTabular(options);
   return absl::InvalidArgumentError(absl::StrCat("unknown model \"", name, "\" (models: ",
