@@ -77,7 +77,8 @@ absl::StatusOr<TaskRef> ParseTaskRef(absl::string_view text) {
   return task;
 }
 
-absl::StatusOr<ClusterSpec> ClusterSpec::Create(Jobs jobs, std::optional<TaskRef> task) {
+absl::StatusOr<ClusterSpec> ClusterSpec::Create(Jobs jobs, std::optional<TaskRef> task,
+                                                SpecUse use) {
   absl::flat_hash_map<std::string, std::string> owner_of_address;
   for (const auto& [name, tasks] : jobs) {
     if (!IsValidJob(name)) {
@@ -112,16 +113,18 @@ absl::StatusOr<ClusterSpec> ClusterSpec::Create(Jobs jobs, std::optional<TaskRef
     }
   }
   if (jobs.find(kWorker) == jobs.end()) {
-    return Invalid("no \"worker\" job; ParameterServerStrategy needs at least one worker");
+    return Invalid(use == SpecUse::kParameterServer
+                       ? "no \"worker\" job; ParameterServerStrategy needs at least one worker"
+                       : "no \"worker\" job; a synchronous strategy needs at least one worker");
   }
-  if (jobs.find(kPs) == jobs.end()) {
+  if (use == SpecUse::kParameterServer && jobs.find(kPs) == jobs.end()) {
     return Invalid("no \"ps\" job; ParameterServerStrategy needs at least one ps");
   }
   if (task.has_value()) RETURN_IF_ERROR(ValidateTask(jobs, *task));
-  return ClusterSpec(std::move(jobs), std::move(task));
+  return ClusterSpec(std::move(jobs), std::move(task), use);
 }
 
-absl::StatusOr<ClusterSpec> ClusterSpec::FromJson(absl::string_view json_text) {
+absl::StatusOr<ClusterSpec> ClusterSpec::FromJson(absl::string_view json_text, SpecUse use) {
   absl::StatusOr<Json> parsed = ParseJson(json_text);
   if (!parsed.ok()) return Invalid(std::string(parsed.status().message()));
   const Json& root = *parsed;
@@ -178,13 +181,13 @@ absl::StatusOr<ClusterSpec> ClusterSpec::FromJson(absl::string_view json_text) {
       task = ref;
     }
   }
-  return Create(std::move(jobs), std::move(task));
+  return Create(std::move(jobs), std::move(task), use);
 }
 
-absl::StatusOr<ClusterSpec> ClusterSpec::FromFlagValue(absl::string_view value) {
+absl::StatusOr<ClusterSpec> ClusterSpec::FromFlagValue(absl::string_view value, SpecUse use) {
   absl::string_view trimmed = absl::StripAsciiWhitespace(value);
   if (trimmed.empty()) return Invalid("empty");
-  if (trimmed[0] == '{') return FromJson(trimmed);
+  if (trimmed[0] == '{') return FromJson(trimmed, use);
   std::ifstream file{std::string(trimmed)};
   if (!file) {
     return absl::NotFoundError(absl::StrCat(
@@ -193,7 +196,7 @@ absl::StatusOr<ClusterSpec> ClusterSpec::FromFlagValue(absl::string_view value) 
   }
   std::stringstream contents;
   contents << file.rdbuf();
-  absl::StatusOr<ClusterSpec> spec = FromJson(contents.str());
+  absl::StatusOr<ClusterSpec> spec = FromJson(contents.str(), use);
   if (!spec.ok()) {
     return absl::Status(spec.status().code(),
                         absl::StrCat(trimmed, ": ", spec.status().message()));
@@ -225,7 +228,7 @@ std::vector<TaskRef> ClusterSpec::AllTasks() const {
 }
 
 absl::StatusOr<ClusterSpec> ClusterSpec::WithTask(const TaskRef& task) const {
-  return Create(jobs_, task);
+  return Create(jobs_, task, use_);
 }
 
 std::string ClusterSpec::ToJson() const {

@@ -37,20 +37,28 @@ struct TaskRef {
 // Parses "type:index", e.g. "ps:1". Errors: kInvalidArgument naming the bad part.
 absl::StatusOr<TaskRef> ParseTaskRef(absl::string_view text);
 
+// What a spec is checked for: the parameter-server strategy needs a "worker" and a "ps" job;
+// the synchronous strategies (multi-worker mirrored: workers only; hybrid: workers and ps tasks)
+// need a "worker" job.
+enum class SpecUse { kParameterServer, kSynchronous };
+
 // A validated cluster spec. Immutable, cheap to copy, safe to share between threads.
 class ClusterSpec {
  public:
   using Jobs = std::map<std::string, std::vector<std::string>>;
 
   // Builds and validates a spec. Every error is kInvalidArgument and names the field, job or task.
-  static absl::StatusOr<ClusterSpec> Create(Jobs jobs, std::optional<TaskRef> task = std::nullopt);
+  static absl::StatusOr<ClusterSpec> Create(Jobs jobs, std::optional<TaskRef> task = std::nullopt,
+                                            SpecUse use = SpecUse::kParameterServer);
 
   // Parses TF_CONFIG JSON text and validates it.
-  static absl::StatusOr<ClusterSpec> FromJson(absl::string_view json);
+  static absl::StatusOr<ClusterSpec> FromJson(absl::string_view json,
+                                              SpecUse use = SpecUse::kParameterServer);
 
   // What a --cluster_spec flag holds: JSON text (starts with '{') or the path of a JSON file.
   // Errors: kNotFound if the file can't be read; otherwise as FromJson.
-  static absl::StatusOr<ClusterSpec> FromFlagValue(absl::string_view value);
+  static absl::StatusOr<ClusterSpec> FromFlagValue(absl::string_view value,
+                                                   SpecUse use = SpecUse::kParameterServer);
 
   const Jobs& jobs() const { return jobs_; }
   // The tasks of `job` in index order; empty if the job does not exist.
@@ -72,11 +80,12 @@ class ClusterSpec {
   ClusterDef ToProto() const;
 
  private:
-  ClusterSpec(Jobs jobs, std::optional<TaskRef> task)
-      : jobs_(std::move(jobs)), task_(std::move(task)) {}
+  ClusterSpec(Jobs jobs, std::optional<TaskRef> task, SpecUse use)
+      : jobs_(std::move(jobs)), task_(std::move(task)), use_(use) {}
 
   Jobs jobs_;
   std::optional<TaskRef> task_;
+  SpecUse use_ = SpecUse::kParameterServer;
 };
 
 }  // namespace pstrain

@@ -110,4 +110,14 @@ absl::StatusOr<std::vector<std::string>> RendezvousClient::Abort(int rank, const
   return std::vector<std::string>(response.silent().begin(), response.silent().end());
 }
 
+absl::StatusOr<RendezvousStatusResponse> RendezvousClient::Status() {
+  RendezvousStatusRequest request;
+  request.set_group(group_);
+  RendezvousStatusResponse response;
+  auto context = Context(absl::ZeroDuration());
+  absl::Status status = Convert(stub_->Status(context.get(), request, &response), "Status");
+  if (!status.ok()) return status;
+  return response;
+}
+
 }  // namespace pstrain

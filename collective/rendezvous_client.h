@@ -37,6 +37,8 @@ class RendezvousClient {
   absl::StatusOr<std::vector<std::string>> Abort(int rank, const std::string& reason,
                                                  absl::Duration wait, bool deliberate = false,
                                                  std::string* aborted = nullptr);
+  // Where the group stands (any generation: this client's is not used).
+  absl::StatusOr<RendezvousStatusResponse> Status();
 
  private:
   // A context whose deadline is `wait` plus time for the call itself.

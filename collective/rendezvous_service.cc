@@ -283,6 +283,26 @@ absl::StatusOr<RendezvousAbortResponse> RendezvousState::Abort(const RendezvousA
   }
 }
 
+absl::StatusOr<RendezvousStatusResponse> RendezvousState::Status(
+    const RendezvousStatusRequest& request) {
+  if (request.group().empty() ||
+      request.group().size() > static_cast<size_t>(options_.max_key_bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat("rendezvous Status: a group name of ",
+                                                   request.group().size(), " bytes (1 to ",
+                                                   options_.max_key_bytes, " allowed)"));
+  }
+  absl::MutexLock lock(&mu_);
+  RendezvousStatusResponse response;
+  auto it = groups_.find(request.group());
+  if (it == groups_.end()) return response;
+  const Generation& g = it->second;
+  response.set_generation(g.number);
+  response.set_size(g.size);
+  response.set_joined(static_cast<int>(g.members.size()));
+  response.set_aborted(g.aborted);
+  return response;
+}
+
 const google::protobuf::ServiceDescriptor* RendezvousHandlers::Service() {
   static const google::protobuf::ServiceDescriptor* service =
       FindService("pstrain.CollectiveRendezvous");
@@ -329,6 +349,12 @@ absl::Status RendezvousHandlers::Serve(int method, const std::vector<absl::strin
     RendezvousAbortRequest parsed;
     RETURN_IF_ERROR(ParseRequest(request, name, &parsed));
     ASSIGN_OR_RETURN(RendezvousAbortResponse response, state_.Abort(parsed));
+    return WriteReply(response, reply);
+  }
+  if (name == "Status") {
+    RendezvousStatusRequest parsed;
+    RETURN_IF_ERROR(ParseRequest(request, name, &parsed));
+    ASSIGN_OR_RETURN(RendezvousStatusResponse response, state_.Status(parsed));
     return WriteReply(response, reply);
   }
   return absl::UnimplementedError(

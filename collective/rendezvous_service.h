@@ -70,6 +70,9 @@ class RendezvousState {
   // Marks the generation aborted (the first reason stays), then waits up to wait_ms for a rank to
   // be silent and answers the silent ones.
   absl::StatusOr<RendezvousAbortResponse> Abort(const RendezvousAbortRequest& request);
+  // Where the group stands (its newest generation; nothing is started). Errors: kInvalidArgument
+  // for an empty or oversized group name.
+  absl::StatusOr<RendezvousStatusResponse> Status(const RendezvousStatusRequest& request);
 
  private:
   struct Member {

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "collective/rendezvous_client.h"
 #include "common/test_util.h"
 #include "gmock/gmock.h"
@@ -114,6 +115,38 @@ TEST(RendezvousStateTest, Generations_NewerForgetsOlder_OlderIsRefused) {
                        HasSubstr("generation 1 is over: the group is at generation 2")));
   EXPECT_THAT(state.Set(SetRequest("k", "v", /*generation=*/0)),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("generation 0")));
+}
+
+// Status tells a (re)starting rank where the group stands, without starting anything.
+TEST(RendezvousStateTest, Status_NewestGenerationJoinedAndAborted) {
+  RendezvousState state;
+  RendezvousStatusRequest request;
+  request.set_group("train");
+  auto status = state.Status(request);
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->generation(), 0u);  // nothing yet
+  std::thread joining([&] { (void)state.Join(JoinRequest(0, 2, /*generation=*/3, 2000)); });
+  absl::SleepFor(absl::Milliseconds(100));
+  status = state.Status(request);
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->generation(), 3u);
+  EXPECT_EQ(status->size(), 2);
+  EXPECT_EQ(status->joined(), 1);
+  EXPECT_EQ(status->aborted(), "");
+  RendezvousAbortRequest abort;
+  abort.set_group("train");
+  abort.set_generation(3);
+  abort.set_rank(0);
+  abort.set_reason("stopping");
+  abort.set_deliberate(true);
+  ASSERT_TRUE(state.Abort(abort).ok());
+  joining.join();
+  status = state.Status(request);
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->aborted(), "stopping");
+  request.set_group("");
+  EXPECT_THAT(state.Status(request).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("group name")));
 }
 
 TEST(RendezvousStateTest, Set_OverLimits_RefusedAndNothingStored) {

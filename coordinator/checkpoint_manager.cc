@@ -261,32 +261,35 @@ absl::Status CheckpointManager::ClearBest() { return RemoveBestMarker(options_.d
 
 absl::StatusOr<RestoredCheckpoint> CheckpointManager::Restore(const std::string& path,
                                                               const RestoreOptions& options) {
-  return RestoreShards(path, options, std::nullopt);
+  return RestoreShards(path, options);
 }
 
 absl::StatusOr<std::optional<RestoredCheckpoint>> CheckpointManager::RestoreLatest(
     const RestoreOptions& options) {
-  return RestoreLatestShards(options, std::nullopt);
+  return RestoreLatestShards(options);
 }
 
 absl::StatusOr<std::optional<RestoredCheckpoint>> CheckpointManager::RestorePs(int ps) {
   if (ps < 0 || ps >= static_cast<int>(ps_.size())) {
     return absl::InvalidArgumentError(absl::StrCat("no ps task ", ps));
   }
-  return RestoreLatestShards(RestoreOptions{}, ps);
+  RestoreOptions options;
+  options.only_ps = {ps};
+  return RestoreLatestShards(options);
 }
 
 absl::StatusOr<std::optional<RestoredCheckpoint>> CheckpointManager::RestoreLatestShards(
-    const RestoreOptions& options, std::optional<int> only_ps) {
+    const RestoreOptions& options) {
   absl::StatusOr<CheckpointEntry> latest = LatestCheckpoint(options_.dir);
   if (latest.status().code() == absl::StatusCode::kNotFound) return std::nullopt;
   RETURN_IF_ERROR(latest.status());
-  ASSIGN_OR_RETURN(RestoredCheckpoint r, RestoreShards(latest->path, options, only_ps));
+  ASSIGN_OR_RETURN(RestoredCheckpoint r, RestoreShards(latest->path, options));
   return r;
 }
 
 absl::StatusOr<RestoredCheckpoint> CheckpointManager::RestoreShards(
-    const std::string& path, const RestoreOptions& options, std::optional<int> only_ps) {
+    const std::string& path, const RestoreOptions& options) {
+  const std::set<int> only_ps(options.only_ps.begin(), options.only_ps.end());
   ASSIGN_OR_RETURN(CheckpointManifest manifest, ReadManifest(path));
   // Whatever happens below, the next save starts a new chain: the ps tasks' state is no longer
   // the chain's (restored, or a ps restarted).
@@ -364,7 +367,7 @@ absl::StatusOr<RestoredCheckpoint> CheckpointManager::RestoreShards(
           " (its optimizer slots can't be restored)"));
     }
     for (const PlacedShard& p : shards) {
-      if (only_ps.has_value() && p.ps != *only_ps) continue;
+      if (!only_ps.empty() && only_ps.count(p.ps) == 0) continue;
       RestoreShardOp* op = requests[p.ps].add_ops();
       op->set_shard(p.def.name());
       if (def.has_dynamic()) {
@@ -410,7 +413,7 @@ absl::StatusOr<RestoredCheckpoint> CheckpointManager::RestoreShards(
   for (const auto& [name, v] : saved) {
     if (!current.count(name)) unused.push_back(name);
   }
-  if (!unused.empty() && !only_ps.has_value()) {
+  if (!unused.empty() && only_ps.empty()) {
     LOG(WARNING) << "checkpoint " << path << " also holds " << absl::StrJoin(unused, ", ")
                  << ", which no current variable takes";
   }
@@ -445,7 +448,8 @@ absl::StatusOr<RestoredCheckpoint> CheckpointManager::RestoreShards(
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   LOG(INFO) << "restored checkpoint " << path << " (step " << result.step << ", "
             << result.bytes / 1e6 << " MB in " << seconds << " s"
-            << (only_ps.has_value() ? absl::StrCat(", shards of ps:", *only_ps) : "") << ")";
+            << (only_ps.empty() ? "" : absl::StrCat(", shards of ps:", absl::StrJoin(only_ps, ",")))
+            << ")";
   return result;
 }
 

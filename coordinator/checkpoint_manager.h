@@ -60,6 +60,9 @@ struct RestoreOptions {
   // Skip current variables the checkpoint doesn't have (they keep their values) instead of
   // failing. Default false.
   bool skip_missing = false;
+  // Restore only the shards on these ps tasks. Default (empty): every ps task. The hybrid
+  // strategy's workers other than the chief restore only their own replica this way.
+  std::vector<int> only_ps;
 };
 
 // What a restore brought back.
@@ -117,11 +120,10 @@ class CheckpointManager {
   absl::Status Fault(absl::string_view point) const;
   // RestoreShards from the latest complete checkpoint; nullopt if there is none.
   absl::StatusOr<std::optional<RestoredCheckpoint>> RestoreLatestShards(
-      const RestoreOptions& options, std::optional<int> only_ps);
-  // Restores shards of every ps, or of `only_ps`.
+      const RestoreOptions& options);
+  // Restores shards of every ps, or of options.only_ps.
   absl::StatusOr<RestoredCheckpoint> RestoreShards(const std::string& path,
-                                                   const RestoreOptions& options,
-                                                   std::optional<int> only_ps);
+                                                   const RestoreOptions& options);
   // Deletes checkpoints beyond `keep` (whole chains only) and incomplete saves older than the
   // newest complete one.
   void CollectGarbage();

@@ -51,6 +51,8 @@ struct CoordinatorOptions {
   std::function<absl::Status(int ps)> on_ps_restarted;
   // How long closures wait for an unreachable ps task before the job fails. Default 10 minutes.
   absl::Duration ps_unavailable_timeout = absl::Minutes(10);
+  // Which ps tasks take fixed variables and which dynamic tables. Default: all take both.
+  PlacementOptions placement;
 };
 
 namespace coordinator_internal {

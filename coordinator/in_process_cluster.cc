@@ -53,6 +53,7 @@ absl::StatusOr<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(
         options.num_workers, " ps=", options.num_ps));
   }
   ClusterSpec::Jobs jobs;
+  jobs[kPs] = options.external_ps;
   for (const auto& [job, count] :
        {std::pair<const char*, int>{kPs, options.num_ps}, {kWorker, options.num_workers}}) {
     for (int i = 0; i < count; ++i) {
@@ -62,12 +63,14 @@ absl::StatusOr<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(
   }
   ASSIGN_OR_RETURN(ClusterSpec spec, ClusterSpec::Create(std::move(jobs)));
   std::unique_ptr<InProcessCluster> cluster(new InProcessCluster(std::move(spec)));
+  cluster->num_external_ps_ = static_cast<int>(options.external_ps.size());
   cluster->registry_ = options.registry;
   cluster->mirror_ = options.mirror;
   cluster->ps_memory_budget_bytes_ = options.ps_memory_budget_bytes;
   {
     absl::MutexLock lock(&cluster->mu_);
     for (const TaskRef& task : cluster->spec_.AllTasks()) {
+      if (task.type == kPs && task.index < cluster->num_external_ps_) continue;
       RETURN_IF_ERROR(cluster->StartTaskLocked(task));
     }
   }
@@ -79,7 +82,8 @@ InProcessCluster::~InProcessCluster() { Shutdown(); }
 
 absl::Status InProcessCluster::CheckKnown(const TaskRef& task) const {
   if ((task.type != kPs && task.type != kWorker) || task.index < 0 ||
-      task.index >= spec_.num_tasks(task.type)) {
+      task.index >= spec_.num_tasks(task.type) ||
+      (task.type == kPs && task.index < num_external_ps_)) {
     return absl::InvalidArgumentError(
         absl::StrCat("task ", task.ToString(), " is not in this in-process cluster"));
   }

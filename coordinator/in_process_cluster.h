@@ -31,6 +31,10 @@ struct InProcessClusterOptions {
   // Synchronous training: every worker's updates go through this group (WorkerServerOptions::
   // mirror). Default: none.
   MirrorOptions mirror;
+  // ps tasks outside this cluster ("host:port"), listed first in its spec (ps 0 .. K-1), before
+  // the num_ps it starts itself; it neither starts nor stops them. Default: none. The hybrid
+  // strategy's workers reach the shared ps tasks this way.
+  std::vector<std::string> external_ps;
 };
 
 // Parses "in_process:workers=2,ps=2" (either key may be left out; defaults as above).
@@ -52,7 +56,8 @@ class InProcessCluster {
   const ClusterSpec& spec() const { return spec_; }
 
   // Stops one task's server, dropping whatever it held in memory, like a crash of that task.
-  // Errors: kInvalidArgument for a task not in the cluster; kFailedPrecondition if already stopped.
+  // Errors: kInvalidArgument for a task not in the cluster (or external); kFailedPrecondition if
+  // already stopped.
   absl::Status StopTask(const TaskRef& task);
   // Starts a stopped task again at the same address, with a new incarnation.
   // Errors: kInvalidArgument (unknown task), kFailedPrecondition (running), kUnavailable (port taken).
@@ -72,6 +77,7 @@ class InProcessCluster {
   absl::Status CheckKnown(const TaskRef& task) const;
 
   const ClusterSpec spec_;
+  int num_external_ps_ = 0;
   std::shared_ptr<const ClosureRegistry> registry_;
   MirrorOptions mirror_;
   int64_t ps_memory_budget_bytes_ = 0;

@@ -26,6 +26,20 @@ DataType ToDataType(DType dtype) {
   }
 }
 
+absl::StatusOr<std::pair<int, int>> VariableCreator::Range(bool tables,
+                                                           absl::string_view what) const {
+  const int n = static_cast<int>(ps_.size());
+  int begin = tables ? placement_.tables_ps_begin : placement_.variables_ps_begin;
+  int end = tables ? placement_.tables_ps_end : placement_.variables_ps_end;
+  if (end < 0) end = n;
+  if (begin < 0 || begin >= end || end > n) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": no ps task to place it on (", tables ? "tables" : "fixed variables",
+        " go on ps tasks [", begin, ", ", end, ") of ", n, ")"));
+  }
+  return std::make_pair(begin, end);
+}
+
 absl::StatusOr<ShardedVariable> VariableCreator::Create(const VariableSpec& spec) {
   auto invalid = [&](absl::string_view why) {
     return absl::InvalidArgumentError(absl::StrCat("variable \"", spec.name, "\": ", why));
@@ -54,9 +68,12 @@ absl::StatusOr<ShardedVariable> VariableCreator::Create(const VariableSpec& spec
   if (!partitioner.ok()) return invalid(partitioner.status().message());
   absl::StatusOr<int> num_shards = (*partitioner)->NumShards(spec.shape, spec.dtype);
   if (!num_shards.ok()) return invalid(num_shards.status().message());
+  ASSIGN_OR_RETURN(auto range,
+                   Range(/*tables=*/false, absl::StrCat("variable \"", spec.name, "\"")));
   ASSIGN_OR_RETURN(std::vector<ShardPlacement> placements,
                    placer_.Place(spec.name, spec.shape, spec.dtype, *num_shards,
-                                 static_cast<int>(ps_.size())));
+                                 range.second - range.first));
+  for (ShardPlacement& p : placements) p.ps += range.first;
 
   std::map<int, CreateShardsRequest> requests;
   std::vector<ShardLocation> locations;
@@ -99,7 +116,10 @@ absl::StatusOr<DynamicTable> VariableCreator::CreateTable(const TableSpec& spec)
   if (ps_.empty()) return invalid("no ps tasks to place it on");
   if (spec.dim < 1) return invalid(absl::StrCat("dim ", spec.dim, " must be at least 1"));
   if (spec.num_shards < 0) return invalid(absl::StrCat("num_shards ", spec.num_shards, " < 0"));
-  const int num_shards = spec.num_shards > 0 ? spec.num_shards : static_cast<int>(ps_.size());
+  ASSIGN_OR_RETURN(auto range,
+                   Range(/*tables=*/true, absl::StrCat("dynamic table \"", spec.name, "\"")));
+  // Default: one shard per ps task that takes tables.
+  const int num_shards = spec.num_shards > 0 ? spec.num_shards : range.second - range.first;
   DynamicTableDef dynamic = spec.options;
   dynamic.set_dim(spec.dim);
   const std::string key =
@@ -117,7 +137,8 @@ absl::StatusOr<DynamicTable> VariableCreator::CreateTable(const TableSpec& spec)
     return absl::AlreadyExistsError(absl::StrCat("\"", spec.name, "\" already names a variable"));
   }
   ASSIGN_OR_RETURN(std::vector<int> tasks,
-                   placer_.PlaceKeyed(num_shards, static_cast<int>(ps_.size())));
+                   placer_.PlaceKeyed(num_shards, range.second - range.first));
+  for (int& t : tasks) t += range.first;
   std::map<int, CreateShardsRequest> requests;
   std::vector<std::string> names;
   std::vector<PlacedShard> placed;

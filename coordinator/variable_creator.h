@@ -61,11 +61,25 @@ struct PlacedShard {
   VariableShardDef def;
 };
 
+// Which ps tasks take which kind of variable. The round-robin counter is one for both kinds; a
+// shard's ps is the range's first task plus the counter modulo the range's size.
+struct PlacementOptions {
+  // Fixed variables go on ps tasks [variables_ps_begin, variables_ps_end), dynamic tables on
+  // [tables_ps_begin, tables_ps_end). An end of -1 means the last ps task. Default: every kind
+  // on every ps task. The hybrid strategy puts fixed variables on the worker's own replica and
+  // the tables on the shared ps tasks.
+  int variables_ps_begin = 0;
+  int variables_ps_end = -1;
+  int tables_ps_begin = 0;
+  int tables_ps_end = -1;
+};
+
 // Thread-safe.
 class VariableCreator {
  public:
   // `ps` is indexed by ps task; not owned, must outlive the creator and its handles.
-  explicit VariableCreator(std::vector<PsClient*> ps) : ps_(std::move(ps)) {}
+  explicit VariableCreator(std::vector<PsClient*> ps, PlacementOptions placement = {})
+      : ps_(std::move(ps)), placement_(placement) {}
 
   // Creates `spec` on the ps tasks. Creating the same spec again returns the same handle (and
   // placement); a different spec under a used name is kAlreadyExists. Errors: kInvalidArgument
@@ -90,7 +104,11 @@ class VariableCreator {
   absl::StatusOr<int> RecreateOnPs(int ps);
 
  private:
+  // The ps range [begin, end) of fixed variables (tables: false), or an error naming `what`.
+  absl::StatusOr<std::pair<int, int>> Range(bool tables, absl::string_view what) const;
+
   const std::vector<PsClient*> ps_;
+  const PlacementOptions placement_;
   mutable absl::Mutex mu_;
   // Below: guarded by mu_.
   ShardPlacer placer_ ABSL_GUARDED_BY(mu_);

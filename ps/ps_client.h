@@ -47,6 +47,12 @@ class PsClient {
 
   // "ps:1 at host:port", for messages.
   virtual const std::string& name() const = 0;
+  // Whether this client's updates wait on other workers (a synchronous worker's replica, whose
+  // updates all-reduce first: worker/mirrored_ps_client.h). UpdateBatch sends to such a client only
+  // after the batch's other updates (to asynchronous ps tasks) completed, so once a synchronous
+  // step's collective is through, every worker's asynchronous pushes of that step have landed.
+  // Default false.
+  virtual bool synchronous() const { return false; }
 
   virtual void CreateShardsAsync(const CreateShardsRequest* request,
                                  CreateShardsResponse* response, Done done) = 0;

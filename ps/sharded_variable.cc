@@ -412,9 +412,29 @@ absl::Status UpdateBatch::Run() {
   if (step_ != 0) {
     for (auto& [client, p] : per_ps_) p.request.set_step(step_);
   }
-  absl::Status status = SendAll(per_ps_, [](PerPs& p, PsClient::Done done) {
+  // Asynchronous ps tasks first; a synchronous replica's update (a collective) once they landed.
+  std::map<PsClient*, PerPs> synchronous;
+  for (auto it = per_ps_.begin(); it != per_ps_.end();) {
+    if (it->first->synchronous()) {
+      synchronous.insert(per_ps_.extract(it++));
+    } else {
+      ++it;
+    }
+  }
+  auto send = [](PerPs& p, PsClient::Done done) {
     p.client->UpdateWithValuesAsync(&p.request, &p.values, &p.response, std::move(done));
-  });
+  };
+  absl::Status status = SendAll(per_ps_, send);
+  if (!synchronous.empty()) {
+    if (status.ok()) {
+      status = SendAll(synchronous, send);
+    } else {
+      // This worker's step failed: its replica's collective must not run (the other workers'
+      // collectives fail on this worker's abort, or match its error).
+      status = absl::Status(status.code(), absl::StrCat(status.message(),
+                                                        " (the synchronous update was not sent)"));
+    }
+  }
   per_ps_.clear();
   return status;
 }

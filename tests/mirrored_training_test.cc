@@ -200,6 +200,25 @@ TEST(BroadcastFromChiefTest, ReplicasTakeTheChiefsValues) {
   EXPECT_EQ(after[2], after[0]);
 }
 
+// A (re)starting rank joins the group's newest generation while it forms, else the next one, and
+// never one it already joined.
+TEST(GenerationToJoinTest, FormingJoinedFormedOrAborted) {
+  RendezvousStatusResponse status;
+  EXPECT_EQ(GenerationToJoin(status, /*last=*/0), 1u);  // a fresh group
+  status.set_generation(2);
+  status.set_size(3);
+  status.set_joined(1);
+  EXPECT_EQ(GenerationToJoin(status, /*last=*/0), 2u);  // forming: join it
+  EXPECT_EQ(GenerationToJoin(status, /*last=*/2), 3u);  // already in it (its attempt failed)
+  status.set_joined(3);
+  EXPECT_EQ(GenerationToJoin(status, /*last=*/0), 3u);  // formed without this rank: the next
+  status.set_joined(1);
+  status.set_aborted("worker:2 (rank 2, silent 3.0 s) stopped answering");
+  EXPECT_EQ(GenerationToJoin(status, /*last=*/0), 3u);  // failed: the next
+  // A restarted rendezvous (fresh state) under ranks that were at generation 5.
+  EXPECT_EQ(GenerationToJoin(RendezvousStatusResponse(), /*last=*/5), 6u);
+}
+
 TEST_F(MirroredTrainingTest, EarlyStopping_RefusedClearly) {
   TrainerOptions trainer = Trainer();
   trainer.early_stopping_patience = 2;

@@ -1,18 +1,22 @@
 // ps and worker servers as separate processes from one spec file, and the coordinator against them.
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "cluster/port_picker.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/subprocess.h"
+#include "tests/toy_fashion_data.h"
 
 namespace pstrain {
 namespace {
@@ -132,6 +136,57 @@ TEST_F(MultiProcessTest, SumJob_WorkerKilledWithSigkill_JobFinishes) {
   EXPECT_THAT(coordinator->Stderr(), HasSubstr("its closures run elsewhere"));
   for (int i = 0; i < 3; ++i) servers[i]->Signal(SIGTERM);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(*servers[i]->Wait(kWait), 0);
+}
+
+// Synchronous training as separate processes (TF_CONFIG-style spec with two workers, no ps): each
+// worker runs the coordinator binary with its --task; worker 1 is SIGKILLed once the first
+// checkpoint is written. Worker 0's all-reduce fails at once; it forms the group again and waits
+// for worker 1, which is started again; both restore the latest checkpoint and the job finishes
+// with the chief's summary.
+TEST_F(MultiProcessTest, MirroredWorkers_OneSigkilledAndRestarted_JobResumesAndFinishes) {
+  const std::string data = tmp_ + "/mirrored_data";
+  ASSERT_EQ(::mkdir(data.c_str(), 0755), 0);
+  WriteToySplit(data, "train", 400, /*seed=*/11);
+  WriteToySplit(data, "t10k", 100, /*seed=*/12);
+  const std::string spec = tmp_ + "/mirrored.json";
+  std::ofstream(spec) << absl::StrCat(R"({"cluster": {"worker": ["localhost:)", ports_[3],
+                                      R"(", "localhost:)", ports_[4], R"("]}})");
+  const std::string ckpt = tmp_ + "/mirrored_ckpt";
+  auto worker = [&](int i, const std::string& name) {
+    return Spawn(name, {coordinator_bin_, "--strategy=multi_worker_mirrored",
+                        "--cluster_spec=" + spec, absl::StrCat("--task=worker:", i),
+                        "--model=fashion_mnist_mlp", "--data=" + data, "--epochs=60",
+                        "--batch_size=20", "--validation_fraction=0", "--learning_rate=0.05",
+                        "--model_opt=hidden=8,average_epochs=0", "--checkpoint_dir=" + ckpt,
+                        "--checkpoint_every_steps=50", "--checkpoint_every=0", "--logdir=",
+                        "--bind_host=127.0.0.1", "--rejoin_timeout=60s"});
+  };
+  std::unique_ptr<Subprocess> w0 = worker(0, "mirrored_w0");
+  std::unique_ptr<Subprocess> w1 = worker(1, "mirrored_w1");
+  // Wait for a complete checkpoint (its MANIFEST), then kill worker 1 mid-job.
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  bool saved = false;
+  while (!saved && absl::Now() < deadline) {
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(ckpt, ec)) {
+      if (std::filesystem::exists(entry.path() / "MANIFEST")) saved = true;
+    }
+    if (!saved) absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_TRUE(saved) << w0->Stderr() << w1->Stderr();
+  w1->Signal(SIGKILL);
+  ASSERT_TRUE(w1->Wait(kWait).ok());
+  w1 = worker(1, "mirrored_w1_again");
+  absl::StatusOr<int> code = w0->Wait(absl::Seconds(120));
+  ASSERT_TRUE(code.ok()) << code.status() << w0->Stderr();
+  EXPECT_EQ(*code, 0) << w0->Stderr();
+  code = w1->Wait(kWait);
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 0) << w1->Stderr();
+  EXPECT_THAT(w0->Stdout(), HasSubstr("\"end_step\":1200"));
+  EXPECT_THAT(w0->Stdout(), HasSubstr("\"test_accuracy\""));
+  EXPECT_THAT(w0->Stderr(), HasSubstr("resumed from a checkpoint"));
+  EXPECT_THAT(w1->Stderr(), HasSubstr("resuming fashion_mnist_mlp at step"));
 }
 
 // A task that dies of a fault says so in its log, with a symbolized stack trace, and still dies of

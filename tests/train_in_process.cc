@@ -9,6 +9,17 @@ namespace pstrain {
 
 absl::StatusOr<TrainResult> TrainInProcess(std::shared_ptr<const ClosureRegistry> registry,
                                            int workers, int ps, Model* model) {
+  TrainerOptions trainer;
+  trainer.checkpoint_dir = "";
+  trainer.restore = "none";
+  std::ostringstream progress;
+  trainer.progress.out = &progress;
+  return TrainInProcess(std::move(registry), workers, ps, model, trainer);
+}
+
+absl::StatusOr<TrainResult> TrainInProcess(std::shared_ptr<const ClosureRegistry> registry,
+                                           int workers, int ps, Model* model,
+                                           const TrainerOptions& trainer) {
   InProcessClusterOptions cluster_options;
   cluster_options.num_workers = workers;
   cluster_options.num_ps = ps;
@@ -16,11 +27,6 @@ absl::StatusOr<TrainResult> TrainInProcess(std::shared_ptr<const ClosureRegistry
   absl::StatusOr<std::unique_ptr<InProcessCluster>> cluster =
       InProcessCluster::Start(cluster_options);
   if (!cluster.ok()) return cluster.status();
-  TrainerOptions trainer;
-  trainer.checkpoint_dir = "";
-  trainer.restore = "none";
-  std::ostringstream progress;
-  trainer.progress.out = &progress;
   return Train((*cluster)->spec(), model, trainer);
 }
 

@@ -16,6 +16,10 @@ namespace pstrain {
 // `model` on it, and stops it. Errors: the cluster's start-up errors, and Train's.
 absl::StatusOr<TrainResult> TrainInProcess(std::shared_ptr<const ClosureRegistry> registry,
                                            int workers, int ps, Model* model);
+// The same with the trainer's options given.
+absl::StatusOr<TrainResult> TrainInProcess(std::shared_ptr<const ClosureRegistry> registry,
+                                           int workers, int ps, Model* model,
+                                           const TrainerOptions& trainer);
 
 }  // namespace pstrain
 

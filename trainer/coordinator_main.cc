@@ -13,6 +13,7 @@
 #include <cstring>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,11 +45,23 @@ ABSL_FLAG(std::string, cluster_spec, "in_process:workers=2,ps=2",
           "in_process:workers=N,ps=M to start the tasks inside this process. When empty, the "
           "TF_CONFIG environment variable is used.");
 ABSL_FLAG(std::string, strategy, "parameter_server",
-          "train: parameter_server (variables on the ps tasks, asynchronous workers) or "
+          "train: parameter_server (variables on the ps tasks, asynchronous workers); "
           "multi_worker_mirrored (a replica of every variable on every worker, gradients "
-          "all-reduced every step; with --cluster_spec=in_process:workers=N, N workers in this "
-          "process, no ps tasks; a worker failure restarts every worker from the latest "
-          "checkpoint).");
+          "all-reduced every step, no ps tasks); or hybrid (dynamic tables on the ps tasks, "
+          "updated asynchronously; every fixed variable replicated on the workers and "
+          "all-reduced). With --cluster_spec=in_process:workers=N[,ps=M] the workers (and the "
+          "hybrid's ps tasks) run in this process; with a cluster of processes, every worker "
+          "runs this binary with its --task (or TF_CONFIG's), worker 0 the chief. A worker "
+          "failure restarts every worker from the latest checkpoint.");
+ABSL_FLAG(std::string, task, "",
+          "multi_worker_mirrored and hybrid with a cluster of processes: this process's task, "
+          "e.g. worker:1 (default: TF_CONFIG's \"task\").");
+ABSL_FLAG(std::string, bind_host, "0.0.0.0",
+          "multi_worker_mirrored and hybrid with a cluster of processes: the chief serves the "
+          "collective rendezvous on this host and its spec address's port.");
+ABSL_FLAG(absl::Duration, rejoin_timeout, absl::Minutes(10),
+          "multi_worker_mirrored and hybrid with a cluster of processes: how long the workers "
+          "wait for every worker to (re)join the group, e.g. a killed one to be started again.");
 ABSL_FLAG(absl::Duration, connect_timeout, absl::Seconds(10),
           "How long to wait for each task to answer before calling it unreachable.");
 ABSL_FLAG(std::string, job, "train",
@@ -194,9 +207,18 @@ std::string WithModel(std::string text, const std::string& model) {
   return text;
 }
 
-// Trains --model on the cluster (or, with `mirrored_workers` > 0, on that many synchronous
-// workers of its own) and prints the run's summary as one JSON line.
-int RunTrainJob(const ClusterSpec* spec, int mirrored_workers = 0) {
+// How a training job runs: on a parameter-server cluster (`spec`), or synchronously.
+struct JobPlan {
+  const ClusterSpec* spec = nullptr;  // parameter server
+  // Synchronous: in this process (`in_process_workers` > 0, with `in_process_ps` shared ps tasks
+  // for hybrid), or this process's worker of a cluster (`task`).
+  int in_process_workers = 0;
+  int in_process_ps = 0;
+  std::optional<MirroredTask> task;
+};
+
+// Trains --model as `plan` says and prints the run's summary as one JSON line.
+int RunTrainJob(const JobPlan& plan) {
   const std::string name = absl::GetFlag(FLAGS_model);
   ModelOptions options;
   options.data = absl::GetFlag(FLAGS_data);
@@ -264,10 +286,21 @@ int RunTrainJob(const ClusterSpec* spec, int mirrored_workers = 0) {
   trainer.early_stopping_min_delta = absl::GetFlag(FLAGS_early_stopping_min_delta);
   trainer.keep_best = absl::GetFlag(FLAGS_keep_best);
   absl::StatusOr<TrainResult> result;
-  if (mirrored_workers > 0) {
+  if (plan.spec == nullptr) {
     MirroredOptions mirrored;
-    mirrored.num_workers = mirrored_workers;
-    absl::StatusOr<MirroredResult> job = TrainMultiWorkerMirrored(name, options, trainer, mirrored);
+    absl::StatusOr<MirroredResult> job = absl::InternalError("unset");
+    if (plan.task.has_value()) {
+      mirrored.join_timeout = absl::GetFlag(FLAGS_rejoin_timeout);
+      job = TrainMirroredTask(name, options, trainer, mirrored, *plan.task);
+    } else {
+      mirrored.num_workers = plan.in_process_workers;
+      absl::StatusOr<int64_t> budget = ParseByteSize(absl::GetFlag(FLAGS_ps_memory_budget));
+      if (!budget.ok()) return Fail(absl::StrCat("--ps_memory_budget: ", budget.status().message()));
+      mirrored.shared_ps_memory_budget_bytes = *budget;
+      job = plan.in_process_ps > 0
+                ? TrainHybridInProcess(name, options, trainer, mirrored, plan.in_process_ps)
+                : TrainMultiWorkerMirrored(name, options, trainer, mirrored);
+    }
     if (!job.ok()) return Fail(std::string(job.status().message()));
     if (job->attempts > 1) {
       std::fprintf(stderr, "note: %d attempt(s) failed and the job resumed from a checkpoint: %s\n",
@@ -277,7 +310,7 @@ int RunTrainJob(const ClusterSpec* spec, int mirrored_workers = 0) {
   } else {
     absl::StatusOr<std::unique_ptr<Model>> model = CreateModel(name, options);
     if (!model.ok()) return Fail(std::string(model.status().message()));
-    result = Train(*spec, model->get(), trainer);
+    result = Train(*plan.spec, model->get(), trainer);
   }
   if (!result.ok()) return Fail(std::string(result.status().message()));
   if (result->start_step == result->end_step && !result->restored_from.empty()) {
@@ -298,24 +331,59 @@ int Run() {
   const std::string& spec_text = *spec_flag;
 
   const std::string strategy = absl::GetFlag(FLAGS_strategy);
-  if (strategy == "multi_worker_mirrored") {
+  if (strategy == "multi_worker_mirrored" || strategy == "hybrid") {
+    const bool hybrid = strategy == "hybrid";
     if (absl::GetFlag(FLAGS_job) != "train") {
-      return Fail("--strategy=multi_worker_mirrored is for --job=train");
+      return Fail(absl::StrCat("--strategy=", strategy, " is for --job=train"));
     }
-    if (!absl::StartsWith(spec_text, "in_process")) {
-      return Fail(absl::StrCat(
-          "--strategy=multi_worker_mirrored runs its workers in this process for now "
-          "(--cluster_spec=in_process:workers=N); ", source, " names a multi-process cluster"));
+    JobPlan plan;
+    if (absl::StartsWith(spec_text, "in_process")) {
+      const bool names_ps = absl::StrContains(spec_text, "ps=");
+      absl::StatusOr<InProcessClusterOptions> options = ParseInProcessSpec(spec_text);
+      if (!options.ok()) return Fail(absl::StrCat(source, ": ", options.status().message()));
+      if (!hybrid && names_ps) {
+        std::fprintf(stderr, "note: multi_worker_mirrored has no ps tasks; the spec's ps=%d is "
+                             "not used\n", options->num_ps);
+      }
+      plan.in_process_workers = options->num_workers;
+      plan.in_process_ps = hybrid ? options->num_ps : 0;
+      if (hybrid) {
+        std::fprintf(stderr, "strategy: hybrid, %d synchronous worker(s), %d shared ps for the "
+                             "dynamic tables\n", plan.in_process_workers, plan.in_process_ps);
+      } else {
+        std::fprintf(stderr, "strategy: multi_worker_mirrored, %d synchronous worker(s), no ps\n",
+                     plan.in_process_workers);
+      }
+      return RunTrainJob(plan);
     }
-    absl::StatusOr<InProcessClusterOptions> options = ParseInProcessSpec(spec_text);
-    if (!options.ok()) return Fail(absl::StrCat(source, ": ", options.status().message()));
-    std::fprintf(stderr, "strategy: multi_worker_mirrored, %d synchronous worker(s), no ps\n",
-                 options->num_workers);
-    return RunTrainJob(nullptr, options->num_workers);
+    absl::StatusOr<ClusterSpec> spec = ClusterSpec::FromFlagValue(spec_text, SpecUse::kSynchronous);
+    if (!spec.ok()) return Fail(absl::StrCat(source, ": ", spec.status().message()));
+    if (!absl::GetFlag(FLAGS_task).empty()) {
+      absl::StatusOr<TaskRef> task = ParseTaskRef(absl::GetFlag(FLAGS_task));
+      if (!task.ok()) return Fail(absl::StrCat("--task: ", task.status().message()));
+      spec = spec->WithTask(*task);
+      if (!spec.ok()) return Fail(absl::StrCat("--task: ", spec.status().message()));
+    }
+    MirroredTask task{*spec};
+    task.hybrid = hybrid;
+    // Rank 0 (the chief, else worker 0) serves the rendezvous on --bind_host and its port.
+    const TaskRef rank0 = spec->num_tasks(kChief) > 0 ? TaskRef{kChief, 0} : TaskRef{kWorker, 0};
+    if (spec->task() == rank0) {
+      const std::string address = *spec->address(rank0);
+      task.rendezvous_listen =
+          absl::StrCat(absl::GetFlag(FLAGS_bind_host), address.substr(address.rfind(':')));
+    }
+    std::fprintf(stderr, "strategy: %s, %s of %d worker(s)%s\n", strategy.c_str(),
+                 spec->task().has_value() ? spec->task()->ToString().c_str() : "(no task)",
+                 spec->num_workers() + spec->num_tasks(kChief),
+                 hybrid ? absl::StrCat(", ", spec->num_ps(), " shared ps").c_str() : "");
+    plan.task = std::move(task);
+    return RunTrainJob(plan);
   }
   if (strategy != "parameter_server") {
     return Fail(absl::StrCat("--strategy=", strategy,
-                             " is not a strategy (parameter_server, multi_worker_mirrored)"));
+                             " is not a strategy (parameter_server, multi_worker_mirrored, "
+                             "hybrid)"));
   }
   std::unique_ptr<InProcessCluster> in_process;
   absl::StatusOr<ClusterSpec> spec = absl::InvalidArgumentError("unset");
@@ -367,7 +435,11 @@ int Run() {
   std::fflush(table);
   if (absl::GetFlag(FLAGS_job) == "health") return 0;
   if (absl::GetFlag(FLAGS_job) == "sum") return RunSumJob(*spec);
-  if (absl::GetFlag(FLAGS_job) == "train") return RunTrainJob(&*spec);
+  if (absl::GetFlag(FLAGS_job) == "train") {
+    JobPlan plan;
+    plan.spec = &*spec;
+    return RunTrainJob(plan);
+  }
   return Fail(
       absl::StrCat("--job=", absl::GetFlag(FLAGS_job), " is not a job (train, sum, health)"));
 }

@@ -90,7 +90,13 @@ absl::StatusOr<TrainResult> Train(const ClusterSpec& spec, Model* model,
   }
   // The checkpoint manager exists only once the coordinator does; the recovery hook reads it then.
   std::unique_ptr<CheckpointManager> checkpoints;
-  coordinator_options.on_ps_restarted = [&checkpoints](int ps) -> absl::Status {
+  coordinator_options.placement = options.placement;
+  coordinator_options.on_ps_restarted = [&checkpoints, &options](int ps) -> absl::Status {
+    if (options.ps_restart_ends_run) {
+      return absl::UnavailableError(absl::StrCat(
+          "ps:", ps, " restarted without its shards; this run ends (the job resumes every worker "
+          "from the latest checkpoint)"));
+    }
     if (checkpoints == nullptr) {
       LOG(WARNING) << "ps:" << ps << " restarted and there are no checkpoints: its shards start "
                    << "again from their initial values";
@@ -142,6 +148,7 @@ absl::StatusOr<TrainResult> Train(const ClusterSpec& spec, Model* model,
   std::optional<RestoredCheckpoint> restored;
   RestoreOptions restore_options;
   restore_options.skip_missing = options.restore_skip_missing;
+  restore_options.only_ps = options.restore_only_ps;
   if (options.restore != "none" && options.restore != "latest") {
     if (checkpoints == nullptr) {
       // A checkpoint path without a checkpoint_dir: restore from it, save nowhere.

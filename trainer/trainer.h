@@ -91,6 +91,17 @@ struct TrainerOptions {
   // Called once the variables are set up (and restored), before the first step; an error stops
   // the run. The synchronous strategy broadcasts the chief's variables here.
   std::function<absl::Status(ClusterCoordinator* coordinator)> before_steps;
+  // Which ps tasks take fixed variables and which dynamic tables (the hybrid strategy: fixed ones
+  // on the worker's replica, tables on the shared ps tasks). Default: all take both.
+  PlacementOptions placement;
+  // Restores (of the latest checkpoint, or `restore`'s) fill only the shards on these ps tasks.
+  // Default (empty): all. The hybrid strategy's workers other than the chief restore only their
+  // replica; the chief restores the shared ps tasks.
+  std::vector<int> restore_only_ps;
+  // A ps task that restarted ends the run with kUnavailable, instead of being reloaded from the
+  // latest checkpoint while training goes on. Default false; the hybrid strategy sets it (its
+  // workers then restart together from the latest checkpoint).
+  bool ps_restart_ends_run = false;
 };
 
 struct TrainResult {

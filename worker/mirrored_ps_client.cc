@@ -171,6 +171,7 @@ class MirroredPsClient final : public PsClient {
       : replica_(std::move(replica)), options_(std::move(options)) {}
 
   const std::string& name() const override { return replica_->name(); }
+  bool synchronous() const override { return true; }
 
   void CreateShardsAsync(const CreateShardsRequest* request, CreateShardsResponse* response,
                          Done done) override {

@@ -29,6 +29,10 @@ struct MirrorOptions {
   // Dense gradients are all-reduced in buckets of at most this many bytes (TF's bytes_per_pack,
   // Horovod's fusion buffer). Default 4 MiB.
   int64_t bucket_bytes = 4 << 20;
+  // The worker's ps tasks from this index on are its replica (mirrored); those before it are
+  // shared ps tasks updated asynchronously as in the parameter-server strategy (the hybrid
+  // strategy's dynamic tables). Default 0: every ps task is the replica's.
+  int replica_ps_begin = 0;
 };
 
 // Thread-safe as far as the group is: updates from several threads are serialized by the group,

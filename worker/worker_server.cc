@@ -34,8 +34,11 @@ class WorkerServerImpl final : public WorkerServer {
     if (options.mirror.group != nullptr) {
       std::vector<std::unique_ptr<PsClient>> mirrored;
       for (int i = 0; i < static_cast<int>(options.ps_addresses.size()); ++i) {
-        mirrored.push_back(
-            NewMirroredPsClient(NewGrpcPsClient(i, options.ps_addresses[i]), options.mirror));
+        std::unique_ptr<PsClient> client = NewGrpcPsClient(i, options.ps_addresses[i]);
+        if (i >= options.mirror.replica_ps_begin) {
+          client = NewMirroredPsClient(std::move(client), options.mirror);
+        }
+        mirrored.push_back(std::move(client));
       }
       ps = std::make_unique<PsConnection>(std::move(mirrored));
     }

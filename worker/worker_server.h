@@ -29,10 +29,10 @@ struct WorkerServerOptions {
   int num_workers = 1;
   // Threads running closures. Default 0: 4 per core, since closures mostly wait on ps RPCs.
   int num_closure_threads = 0;
-  // Synchronous training (multi-worker mirrored): with a group, the ps tasks are this worker's
-  // own replica of every variable, and each update's gradients are all-reduced across the group
-  // first (worker/mirrored_ps_client.h); closures train on replica group->rank()'s share of each
-  // batch. Default: no group (asynchronous training).
+  // Synchronous training (multi-worker mirrored): with a group, the ps tasks from
+  // mirror.replica_ps_begin on are this worker's own replica of every variable, and each update's
+  // gradients are all-reduced across the group first (worker/mirrored_ps_client.h); closures train
+  // on replica group->rank()'s share of each batch. Default: no group (asynchronous training).
   MirrorOptions mirror;
 };
 
