@@ -7,12 +7,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/json_parse.h"
 #include "common/status_macros.h"
 #include "models/batches.h"
 #include "models/binary_metrics.h"
 #include "models/devices.h"
 #include "ps/sharded_variable.h"
 #include "worker/device/device.h"
+#include "nlohmann/json.hpp"
 
 namespace pstrain {
 namespace {
@@ -24,16 +26,12 @@ constexpr char kData[] = "flights_ctr/data";
 // Test examples per evaluation closure.
 constexpr int64_t kEvalChunk = 16384;
 
-// What a worker needs to train and evaluate: the flights and the settings. Read-only after
-// creation (EpochBatches locks itself), so closures share it.
-class FlightsResource : public Dataset {
+// How flights become table rows and what the net looks like: what a training step, an
+// evaluation and the serving head share. Immutable.
+class CtrKeying {
  public:
-  FlightsResource(FlightsData data, ReplicaGroup* replicas, int64_t batch_size, uint64_t seed,
-                  std::vector<int> features, int64_t hash_rows, bool dynamic, CtrNetShape shape)
-      : data_(std::move(data)),
-        replicas_(replicas),
-        batches_(static_cast<int64_t>(data_.train.size()), batch_size, seed),
-        features_(std::move(features)),
+  CtrKeying(std::vector<int> features, int64_t hash_rows, bool dynamic, CtrNetShape shape)
+      : features_(std::move(features)),
         hash_rows_(hash_rows),
         dynamic_(dynamic),
         shape_(shape),
@@ -41,36 +39,12 @@ class FlightsResource : public Dataset {
     std::iota(dense_ids_.begin(), dense_ids_.end(), int64_t{0});
   }
 
-  // The training batches of the first epoch in order: hashed rows [n, features] and labels [n].
-  absl::StatusOr<bool> Next(std::vector<Tensor>* element) override {
-    int64_t step;
-    {
-      absl::MutexLock lock(&mu_);
-      if (next_step_ >= batches_.steps_per_epoch()) return false;
-      step = next_step_++;
-    }
-    const std::vector<int64_t> rows = batches_.Batch(step);
-    const int64_t nf = static_cast<int64_t>(features_.size());
-    std::vector<int64_t> ids(rows.size() * nf);
-    Ids(data_.train, rows, ids.data());
-    std::vector<float> labels;
-    for (int64_t r : rows) labels.push_back(data_.train[r].label);
-    const int64_t n = static_cast<int64_t>(rows.size());
-    *element = {Tensor::FromVector(ids, Shape{n, nf}), Tensor::FromVector(labels)};
-    return true;
-  }
-  bool shared() const override { return true; }
-
-  const FlightsData& data() const { return data_; }
-  // Where the steps compute (models/devices.h).
-  ReplicaGroup* replicas() const { return replicas_; }
-  EpochBatches& batches() { return batches_; }
   const std::vector<int>& features() const { return features_; }
   int64_t hash_rows() const { return hash_rows_; }
   // embedding=dynamic: the tables take the features' 64-bit keys.
   bool dynamic() const { return dynamic_; }
   // The rows' ids: 64-bit keys (dynamic) or hashed rows.
-  void Ids(const std::vector<Flight>& flights, absl::Span<const int64_t> rows, int64_t* out) const {
+  void Ids(absl::Span<const Flight> flights, absl::Span<const int64_t> rows, int64_t* out) const {
     if (dynamic_) {
       KeyFlights(flights, rows, features_, out);
     } else {
@@ -84,14 +58,55 @@ class FlightsResource : public Dataset {
   }
 
  private:
-  const FlightsData data_;
-  ReplicaGroup* const replicas_;
-  EpochBatches batches_;
   const std::vector<int> features_;
   const int64_t hash_rows_;
   const bool dynamic_;
   const CtrNetShape shape_;
   std::vector<int64_t> dense_ids_;
+};
+
+// What a worker needs to train and evaluate: the flights and the settings. Read-only after
+// creation (EpochBatches locks itself), so closures share it.
+class FlightsResource : public Dataset {
+ public:
+  FlightsResource(FlightsData data, ReplicaGroup* replicas, int64_t batch_size, uint64_t seed,
+                  CtrKeying keying)
+      : data_(std::move(data)),
+        replicas_(replicas),
+        batches_(static_cast<int64_t>(data_.train.size()), batch_size, seed),
+        keying_(std::move(keying)) {}
+
+  // The training batches of the first epoch in order: hashed rows [n, features] and labels [n].
+  absl::StatusOr<bool> Next(std::vector<Tensor>* element) override {
+    int64_t step;
+    {
+      absl::MutexLock lock(&mu_);
+      if (next_step_ >= batches_.steps_per_epoch()) return false;
+      step = next_step_++;
+    }
+    const std::vector<int64_t> rows = batches_.Batch(step);
+    const int64_t nf = static_cast<int64_t>(keying_.features().size());
+    std::vector<int64_t> ids(rows.size() * nf);
+    keying_.Ids(data_.train, rows, ids.data());
+    std::vector<float> labels;
+    for (int64_t r : rows) labels.push_back(data_.train[r].label);
+    const int64_t n = static_cast<int64_t>(rows.size());
+    *element = {Tensor::FromVector(ids, Shape{n, nf}), Tensor::FromVector(labels)};
+    return true;
+  }
+  bool shared() const override { return true; }
+
+  const FlightsData& data() const { return data_; }
+  // Where the steps compute (models/devices.h).
+  ReplicaGroup* replicas() const { return replicas_; }
+  EpochBatches& batches() { return batches_; }
+  const CtrKeying& keying() const { return keying_; }
+
+ private:
+  const FlightsData data_;
+  ReplicaGroup* const replicas_;
+  EpochBatches batches_;
+  const CtrKeying keying_;
   absl::Mutex mu_;
   int64_t next_step_ ABSL_GUARDED_BY(mu_) = 0;
 };
@@ -152,7 +167,7 @@ Device* HostDevice() {
 // Keys (or hashes) and dedupes flights[rows], then pulls their rows and every dense weight: one
 // lookup request per ps. `step`: the global step of a training pull (dynamic tables store the keys
 // they lack then), 0 for evaluation.
-absl::Status Pull(const CtrVars& v, const FlightsResource& res, const std::vector<Flight>& flights,
+absl::Status Pull(const CtrVars& v, const CtrKeying& res, absl::Span<const Flight> flights,
                   absl::Span<const int64_t> rows, int64_t step, Pulled* p) {
   const int64_t n = static_cast<int64_t>(rows.size());
   const CtrNetShape& shape = res.shape();
@@ -203,18 +218,18 @@ absl::StatusOr<std::vector<Tensor>> TrainStep(ClosureContext& ctx, absl::Span<co
   FlightsResource* res = ResourceOf(ctx);
   if (res == nullptr) return absl::InvalidArgumentError(absl::StrCat(kTrain, " needs ", kData));
   if (step < 0) return absl::InvalidArgumentError(absl::StrCat(kTrain, ": step ", step, " < 0"));
-  ASSIGN_OR_RETURN(CtrVars v, FindVars(ctx.ps, res->dynamic()));
+  ASSIGN_OR_RETURN(CtrVars v, FindVars(ctx.ps, res->keying().dynamic()));
   const std::vector<int64_t> rows =
       ReplicaShare(res->batches().Batch(step), ctx.replica_index, ctx.num_replicas);
   Pulled p;
   const int64_t global_step = step + 1;  // 1-based: 0 means "no step" to a dynamic table
-  RETURN_IF_ERROR(Pull(v, *res, res->data().train, rows, global_step, &p));
+  RETURN_IF_ERROR(Pull(v, res->keying(), res->data().train, rows, global_step, &p));
   std::vector<float> grads;
   float loss = 0, lr_loss = 0;
-  RETURN_IF_ERROR(CtrReplicatedStep(res->replicas(), res->shape(), p.batch(), p.dense.params(),
-                                    &grads, &loss, &lr_loss));
+  RETURN_IF_ERROR(CtrReplicatedStep(res->replicas(), res->keying().shape(), p.batch(),
+                                    p.dense.params(), &grads, &loss, &lr_loss));
 
-  const CtrGradLayout layout(res->shape(), p.num_unique);
+  const CtrGradLayout layout(res->keying().shape(), p.num_unique);
   auto bytes = [&](int64_t begin, int64_t end) {
     return absl::string_view(reinterpret_cast<const char*>(grads.data() + begin),
                              (end - begin) * sizeof(float));
@@ -265,14 +280,14 @@ absl::StatusOr<std::vector<Tensor>> EvalChunk(ClosureContext& ctx, absl::Span<co
     return absl::InvalidArgumentError(absl::StrCat(kEval, ": rows [", begin, ", ", end,
                                                    ") outside the ", test.size(), " flights"));
   }
-  ASSIGN_OR_RETURN(CtrVars v, FindVars(ctx.ps, res->dynamic()));
+  ASSIGN_OR_RETURN(CtrVars v, FindVars(ctx.ps, res->keying().dynamic()));
   std::vector<int64_t> rows(end - begin);
   std::iota(rows.begin(), rows.end(), begin);
   Pulled p;
-  RETURN_IF_ERROR(Pull(v, *res, test, rows, /*step=*/0, &p));
+  RETURN_IF_ERROR(Pull(v, res->keying(), test, rows, /*step=*/0, &p));
   std::vector<float> logits, lr_logits;
-  RETURN_IF_ERROR(CtrReplicatedForward(res->replicas(), res->shape(), p.batch(), p.dense.params(),
-                                       &logits, &lr_logits));
+  RETURN_IF_ERROR(CtrReplicatedForward(res->replicas(), res->keying().shape(), p.batch(),
+                                       p.dense.params(), &logits, &lr_logits));
   return std::vector<Tensor>{Tensor::FromVector(logits), Tensor::FromVector(lr_logits)};
 }
 
@@ -334,6 +349,24 @@ class FlightsCtr final : public Model {
     m.values["val_baseline_lr_auc"] = BinaryAuc(lr_logits, labels);
     m.values["val_baseline_lr_logloss"] = BinaryLogLoss(lr_logits, labels);
     return m;
+  }
+
+  absl::StatusOr<std::string> ServingConfig() const override {
+    nlohmann::json j;
+    j["features"] = FlightFeatureNames(config_.features);
+    j["dynamic"] = config_.dynamic;
+    j["hash_rows"] = config_.hash_rows;
+    j["dim"] = config_.shape.dim;
+    j["hidden"] = config_.shape.hidden;
+    // The days of year training had: any other day reads as unknown (as the test flights do).
+    std::vector<bool> days(367);
+    for (const Flight& f : data_.train) days[f.day_of_year] = true;
+    nlohmann::json known = nlohmann::json::array();
+    for (int d = 1; d <= 366; ++d) {
+      if (days[d]) known.push_back(d);
+    }
+    j["known_days"] = known;
+    return j.dump();
   }
 
   absl::StatusOr<ModelMetrics> Evaluate(ClusterCoordinator* coordinator) override {
@@ -612,15 +645,124 @@ absl::Status RegisterFlightsCtr(ClosureRegistry* registry) {
         options.delay_threshold = static_cast<int>(delay_threshold);
         ASSIGN_OR_RETURN(FlightsData data, LoadFlights(options));
         ASSIGN_OR_RETURN(ReplicaGroup * replicas, WorkerReplicaGroup(devices));
-        return std::unique_ptr<Dataset>(new FlightsResource(
-            std::move(data), replicas, batch_size, static_cast<uint64_t>(seed), std::move(features),
-            hash_rows, dynamic != 0, shape));
+        return std::unique_ptr<Dataset>(
+            new FlightsResource(std::move(data), replicas, batch_size, static_cast<uint64_t>(seed),
+                                CtrKeying(std::move(features), hash_rows, dynamic != 0, shape)));
       });
 }
 
 absl::StatusOr<std::unique_ptr<Model>> CreateFlightsCtr(const ModelOptions& options) {
   ASSIGN_OR_RETURN(FlightsCtrConfig config, FlightsCtrConfigFromOptions(options));
   return std::unique_ptr<Model>(new FlightsCtr(std::move(config)));
+}
+
+namespace {
+
+// Predicts from the flights' fields: the training step's keys and lookups (an evaluation lookup:
+// unseen keys read the default row), its forward pass on one CPU replica.
+class FlightsServingHead final : public ServingHead {
+ public:
+  FlightsServingHead(CtrKeying keying, std::vector<bool> known_days, ReplicaGroup* replicas)
+      : keying_(std::move(keying)), known_days_(std::move(known_days)), replicas_(replicas) {}
+
+  std::vector<std::string> columns() const override {
+    return {"date", "distance", "origin", "destination"};
+  }
+  std::vector<std::string> outputs() const override { return {"probability"}; }
+
+  absl::Status Predict(const RawExamples& examples, PsConnection* ps,
+                       std::vector<float>* out) const override {
+    int at[4];
+    const std::vector<std::string> wanted = columns();
+    for (int c = 0; c < 4; ++c) {
+      auto it = std::find(examples.columns.begin(), examples.columns.end(), wanted[c]);
+      if (it == examples.columns.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("flights_ctr: no column ", wanted[c],
+                                                       " (it needs date, distance, origin, "
+                                                       "destination)"));
+      }
+      at[c] = static_cast<int>(it - examples.columns.begin());
+    }
+    const int64_t n = static_cast<int64_t>(examples.rows.size());
+    std::vector<Flight> flights;
+    flights.reserve(n);
+    static const std::string kEmpty;
+    for (int64_t i = 0; i < n; ++i) {
+      const std::vector<std::string>& row = examples.rows[i];
+      auto field = [&](int c) -> const std::string& {
+        return at[c] < static_cast<int>(row.size()) ? row[at[c]] : kEmpty;
+      };
+      absl::StatusOr<Flight> f = ParseFlight(field(0), field(1), field(2), field(3));
+      if (!f.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("flights_ctr: row ", i, ": ", f.status().message()));
+      }
+      f->day_known = known_days_[f->day_of_year];
+      flights.push_back(*f);
+    }
+    out->clear();
+    if (n == 0) return absl::OkStatus();
+    ASSIGN_OR_RETURN(CtrVars v, FindVars(ps, keying_.dynamic()));
+    std::vector<int64_t> rows(n);
+    std::iota(rows.begin(), rows.end(), int64_t{0});
+    Pulled p;
+    RETURN_IF_ERROR(Pull(v, keying_, flights, rows, /*step=*/0, &p));
+    std::vector<float> logits, lr_logits;
+    RETURN_IF_ERROR(CtrReplicatedForward(replicas_, keying_.shape(), p.batch(), p.dense.params(),
+                                         &logits, &lr_logits));
+    out->resize(n);
+    for (int64_t i = 0; i < n; ++i) (*out)[i] = 1.0f / (1.0f + std::exp(-logits[i]));
+    return absl::OkStatus();
+  }
+
+ private:
+  const CtrKeying keying_;
+  const std::vector<bool> known_days_;
+  ReplicaGroup* const replicas_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ServingHead>> CreateFlightsCtrServingHead(
+    const std::string& serving_config) {
+  auto bad = [](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("flights_ctr serving config: ", why));
+  };
+  absl::StatusOr<nlohmann::json> parsed = ParseJson(serving_config);
+  if (!parsed.ok()) return bad(parsed.status().message());
+  const nlohmann::json& j = *parsed;
+  if (!j.is_object() || !j.value("features", nlohmann::json()).is_string() ||
+      !j.value("dynamic", nlohmann::json()).is_boolean() ||
+      !j.value("hash_rows", nlohmann::json()).is_number_integer() ||
+      !j.value("dim", nlohmann::json()).is_number_integer() ||
+      !j.value("hidden", nlohmann::json()).is_number_integer() ||
+      !j.value("known_days", nlohmann::json()).is_array()) {
+    return bad("expected features, dynamic, hash_rows, dim, hidden and known_days");
+  }
+  ASSIGN_OR_RETURN(std::vector<int> features,
+                   ParseFlightFeatures(j["features"].get<std::string>()));
+  CtrNetShape shape;
+  shape.features = static_cast<int64_t>(features.size());
+  shape.dim = j["dim"].get<int64_t>();
+  shape.hidden = j["hidden"].get<int64_t>();
+  const int64_t hash_rows = j["hash_rows"].get<int64_t>();
+  if (shape.dim < 1 || shape.hidden < 1 || hash_rows < 1) {
+    return bad("dim, hidden and hash_rows must be >= 1");
+  }
+  std::vector<bool> known(367);
+  for (const nlohmann::json& d : j["known_days"]) {
+    if (!d.is_number_integer() || d.get<int64_t>() < 1 || d.get<int64_t>() > 366) {
+      return bad(absl::StrCat("known day ", d.dump(), " is not in [1, 366]"));
+    }
+    known[d.get<int64_t>()] = true;
+  }
+  WorkerDevices cpu;
+  cpu.kind = DeviceOptions::Kind::kCpu;
+  cpu.replicas = 1;
+  ASSIGN_OR_RETURN(ReplicaGroup * replicas, WorkerReplicaGroup(cpu));
+  return std::unique_ptr<ServingHead>(new FlightsServingHead(
+      CtrKeying(std::move(features), hash_rows, j["dynamic"].get<bool>(), shape), std::move(known),
+      replicas));
 }
 
 }  // namespace pstrain

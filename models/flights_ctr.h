@@ -63,6 +63,7 @@
 #include "models/ctr_net.h"
 #include "models/flights_data.h"
 #include "models/model.h"
+#include "models/serving_head.h"
 #include "worker/closure_registry.h"
 
 namespace pstrain {
@@ -122,6 +123,14 @@ absl::Status RegisterFlightsCtr(ClosureRegistry* registry);
 
 // The coordinator side. Errors: as FlightsCtrConfigFromOptions.
 absl::StatusOr<std::unique_ptr<Model>> CreateFlightsCtr(const ModelOptions& options);
+
+// The serving head of a trained flights_ctr (models/serving_head.h) from its serving config:
+// columns date, distance, origin, destination (as the training CSV has them); output
+// "probability" (of a delay over the threshold). A flight on a day of year no training flight had
+// reads the day as unknown, as the test flights do. Errors: kInvalidArgument for a malformed
+// config.
+absl::StatusOr<std::unique_ptr<ServingHead>> CreateFlightsCtrServingHead(
+    const std::string& serving_config);
 
 }  // namespace pstrain
 

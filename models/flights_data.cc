@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -79,6 +80,28 @@ constexpr const char* kFeatureNames[kNumFlightFeatures] = {
 };
 
 }  // namespace
+
+absl::StatusOr<Flight> ParseFlight(absl::string_view date, absl::string_view distance,
+                                   absl::string_view origin, absl::string_view destination) {
+  Flight f;
+  if (!ParseDate(date, &f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("column date: \"", date, "\" is not YYYY-MM-DD HH:MM"));
+  }
+  int64_t miles = 0;
+  if (!absl::SimpleAtoi(distance, &miles) || miles < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("column distance: \"", distance, "\" is not a whole number of miles >= 0"));
+  }
+  if (origin.empty() || destination.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("column ", origin.empty() ? "origin" : "destination", ": empty airport code"));
+  }
+  f.distance = static_cast<uint16_t>(std::min<int64_t>(miles, 65535));
+  f.origin = Fnv1a32(origin);
+  f.destination = Fnv1a32(destination);
+  return f;
+}
 
 uint32_t Fnv1a32(absl::string_view text) {
   uint32_t h = 2166136261u;

@@ -121,6 +121,12 @@ void HashFlights(absl::Span<const Flight> flights, absl::Span<const int64_t> row
 void KeyFlights(absl::Span<const Flight> flights, absl::Span<const int64_t> rows,
                 absl::Span<const int> features, int64_t* out);
 
+// One flight from its fields as the CSV has them (the label is not read: serving). Errors:
+// kInvalidArgument naming the column and value (a date not "YYYY-MM-DD HH:MM", a distance that is
+// not a whole number of miles >= 0, an empty airport code).
+absl::StatusOr<Flight> ParseFlight(absl::string_view date, absl::string_view distance,
+                                   absl::string_view origin, absl::string_view destination);
+
 // FNV-1a (32-bit) of `text`: how airport codes become values.
 uint32_t Fnv1a32(absl::string_view text);
 

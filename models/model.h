@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "coordinator/cluster_coordinator.h"
 #include "models/devices.h"
 #include "models/lr_schedule.h"
@@ -98,6 +99,13 @@ class Model {
   virtual bool has_validation() const = 0;
   virtual absl::StatusOr<ModelMetrics> Validate(ClusterCoordinator* coordinator) = 0;
   virtual std::string validation_metric() const = 0;
+
+  // What predicting outside the cluster needs to know of this model once Setup ran (models/
+  // serving_head.h): JSON text, stored in every checkpoint and in an exported model. Errors:
+  // kUnimplemented for a model that can't be served (the default).
+  virtual absl::StatusOr<std::string> ServingConfig() const {
+    return absl::UnimplementedError(absl::StrCat(name(), " can't be served outside the cluster"));
+  }
 };
 
 }  // namespace pstrain

@@ -1,5 +1,7 @@
 #include "models/registry.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
@@ -39,6 +41,19 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(const std::string& name,
   if (name == kFashionMnistCnnModel) return CreateFashionMnistCnn(options);
   if (name == kFlightsCtrModel) return CreateFlightsCtr(options);
   if (name == kTabularModel) return CreateTabular(options);
+  return absl::InvalidArgumentError(absl::StrCat("unknown model \"", name, "\" (models: ",
+                                                 absl::StrJoin(ModelNames(), ", "), ")"));
+}
+
+absl::StatusOr<std::unique_ptr<ServingHead>> CreateServingHead(const std::string& name,
+                                                             const std::string& serving_config) {
+  if (name == kFlightsCtrModel) return CreateFlightsCtrServingHead(serving_config);
+  if (name == kTabularModel) return CreateTabularServingHead(serving_config);
+  const std::vector<std::string> names = ModelNames();
+  if (std::find(names.begin(), names.end(), name) != names.end()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "model \"", name, "\" can't be served outside the cluster yet (flights_ctr and tabular can)"));
+  }
   return absl::InvalidArgumentError(absl::StrCat("unknown model \"", name, "\" (models: ",
                                                  absl::StrJoin(ModelNames(), ", "), ")"));
 }

@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "models/model.h"
+#include "models/serving_head.h"
 #include "worker/closure_registry.h"
 
 namespace pstrain {
@@ -25,6 +26,12 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(const std::string& name,
 
 // The names CreateModel knows.
 std::vector<std::string> ModelNames();
+
+// The serving head (models/serving_head.h) of model `name` from its serving config
+// (Model::ServingConfig, as checkpoints and exported models hold it). Errors: kUnimplemented for
+// a model that can't be served yet, kInvalidArgument for an unknown name or a bad config.
+absl::StatusOr<std::unique_ptr<ServingHead>> CreateServingHead(const std::string& name,
+                                                             const std::string& serving_config);
 
 }  // namespace pstrain
 

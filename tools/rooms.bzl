@@ -12,6 +12,7 @@ ROOMS = [
     "worker",  # closure registry, the worker service, device/ (CPU and CUDA math)
     "coordinator",  # ClusterCoordinator, variable creation, checkpoints, the in-process cluster
     "models",  # the Model interface, the example models and their data readers
+    "serving",  # export of a trained model, the Predictor, the prediction server and tools
     "trainer",  # the trainer, progress line and TensorBoard files, the job's binaries
 ]
 

@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "coordinator/checkpoint_manager.h"
 #include "trainer/early_stopping.h"
+#include "models/serving_head.h"
 #include "trainer/event_writer.h"
 #include "nlohmann/json.hpp"
 
@@ -19,9 +20,11 @@ namespace pstrain {
 namespace {
 
 constexpr char kExamplesState[] = "trainer/examples";
-constexpr char kModelState[] = "trainer/model";
+constexpr const char* kModelState = kCheckpointModelKey;
 // Set in the checkpoint of a run that stopped early: a rerun resumes there and trains no further.
 constexpr char kStoppedEarlyState[] = "trainer/stopped_early";
+// The model's serving config (Model::ServingConfig), for export and serving (serving/).
+constexpr const char* kServingState = kCheckpointServingKey;
 
 // A model's validation or evaluation ends CANCELLED when one of its closures was cancelled because
 // the job failed elsewhere (a worker can't set up its dataset, say): that first error is what the
@@ -200,12 +203,16 @@ absl::StatusOr<TrainResult> Train(const ClusterSpec& spec, Model* model,
                    ProgressReporter::Create(progress_options));
 
   int64_t examples = examples_before;
-  auto save = [&](int64_t step) -> absl::Status {
+  // Models that can be served describe themselves in every checkpoint.
+  absl::StatusOr<std::string> serving = model->ServingConfig();
+  auto save = [&](int64_t step, bool final_save = false) -> absl::Status {
     if (checkpoints == nullptr || !options.save_checkpoints) return absl::OkStatus();
     RETURN_IF_ERROR(coordinator->Join());
     std::map<std::string, std::string> state = watcher.State();
     state[kExamplesState] = absl::StrCat(examples);
     state[kModelState] = model->name();
+    if (serving.ok()) state[kServingState] = *serving;
+    if (final_save) state[kFinalState] = "1";
     if (result.stopped_early) state[kStoppedEarlyState] = "1";
     return coordinator->RunExclusive([&]() -> absl::Status {
       ASSIGN_OR_RETURN(result.last_checkpoint, checkpoints->Save(step, state));
@@ -357,7 +364,7 @@ absl::StatusOr<TrainResult> Train(const ClusterSpec& spec, Model* model,
   result.examples = examples - examples_before;
   result.examples_per_sec =
       result.train_seconds > 0 ? result.examples / result.train_seconds : 0;
-  if (trained || !restored.has_value()) RETURN_IF_ERROR(save(end));
+  if (trained || !restored.has_value()) RETURN_IF_ERROR(save(end, /*final_save=*/true));
 
   for (const auto& [name, table] : coordinator->variables()->tables()) {
     ASSIGN_OR_RETURN(std::vector<DynamicShardStats> shards, table.Stats());

@@ -35,6 +35,9 @@
 
 namespace pstrain {
 
+// Set in the state of the checkpoint a run saves as it ends (the evaluator stops after it).
+inline constexpr char kFinalState[] = "trainer/final";
+
 struct TrainerOptions {
   // Where checkpoints go. Default "": no checkpoints (and no resume, no ps recovery from them).
   std::string checkpoint_dir;

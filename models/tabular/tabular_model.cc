@@ -147,6 +147,7 @@ class TabularResource : public Dataset {
 
   const Spec& spec() const { return spec_; }
   const DataPlan& plan() const { return plan_; }
+  const tabular::Stats& stats() const { return plan_.stats; }
   DataContext* context() { return context_.get(); }
   TrainStream& stream() { return *stream_; }
   const ExampleLayout& layout() const { return context_->transformer().layout(); }
@@ -197,8 +198,11 @@ struct Pulled {
 
 // Deduplicates the batch's keys, pulls every row and weight in one lookup request per ps, and
 // points the net's batch and params at them. `step` (1-based; 0 for evaluation) goes with it.
-absl::Status Pull(TabularResource& res, PsConnection* ps, Batch& b, int64_t step,
-                  LookupMode mode, Pulled* p) {
+// `Res` is what the net's inputs need: a worker's TabularResource, or the serving head (both
+// give layout(), shape(), groups(), slot_group() and stats()).
+template <typename Res>
+absl::Status Pull(const Res& res, PsConnection* ps, Batch& b, int64_t step, LookupMode mode,
+                  Pulled* p) {
   const ExampleLayout& layout = res.layout();
   const NetShape& shape = res.shape();
   const int S = layout.num_slots;
@@ -308,7 +312,7 @@ absl::Status Pull(TabularResource& res, PsConnection* ps, Batch& b, int64_t step
   // The net's view. Regression learns the standardized target.
   p->labels = b.labels;
   if (shape.task == Task::kRegression) {
-    const tabular::Stats& st = res.plan().stats;
+    const tabular::Stats& st = res.stats();
     const double sd = st.label_stddev > 0 ? st.label_stddev : 1;
     for (float& y : p->labels) y = static_cast<float>((y - st.label_mean) / sd);
   }
@@ -654,6 +658,16 @@ class TabularModel final : public Model {
     return m;
   }
 
+  absl::StatusOr<std::string> ServingConfig() const override {
+    nlohmann::json j;
+    j["spec"] = spec_.text;
+    j["spec_path"] = spec_.path;
+    j["embedding_dim"] = spec_.model.embedding_dim;
+    j["stats"] = plan_.stats.ToJson();
+    j["seed"] = config_.seed;
+    return j.dump();
+  }
+
   absl::StatusOr<ModelMetrics> Evaluate(ClusterCoordinator* coordinator) override {
     ModelMetrics m;
     RETURN_IF_ERROR(Score(coordinator, Split::kTest, "test_", &m));
@@ -871,6 +885,144 @@ absl::Status RegisterTabular(ClosureRegistry* registry) {
                          TabularResource::Create(worker_index, *job));
         return std::unique_ptr<Dataset>(std::move(r));
       });
+}
+
+namespace {
+
+// Predicts from raw rows: the training transforms (without the label), an evaluation lookup of
+// every key (unseen keys read the default row), the net's forward pass on the CPU.
+class TabularServingHead final : public ServingHead {
+ public:
+  static absl::StatusOr<std::unique_ptr<TabularServingHead>> Create(const nlohmann::json& j) {
+    std::unique_ptr<TabularServingHead> h(new TabularServingHead);
+    ASSIGN_OR_RETURN(h->spec_, tabular::ParseSpec(j["spec"].get<std::string>(),
+                                                  j["spec_path"].get<std::string>()));
+    h->spec_.model.embedding_dim = j.value("embedding_dim", h->spec_.model.embedding_dim);
+    ASSIGN_OR_RETURN(h->stats_, tabular::Stats::FromJson(j["stats"], h->spec_.features.size()));
+    h->transformer_ =
+        std::make_unique<tabular::Transformer>(h->spec_, h->stats_, j.value("seed", uint64_t{1}));
+    const ExampleLayout& layout = h->layout();
+    h->shape_ = NetShape(h->spec_, layout, Outputs(h->spec_, h->stats_));
+    for (int f : layout.embedded) {
+      const int64_t mc = h->spec_.features[f].min_count;
+      auto it = std::find(h->groups_.begin(), h->groups_.end(), mc);
+      const int g = static_cast<int>(it - h->groups_.begin());
+      if (it == h->groups_.end()) h->groups_.push_back(mc);
+      for (int s = 0; s < layout.slots[f]; ++s) h->slot_group_.push_back(g);
+    }
+    WorkerDevices cpu;
+    cpu.kind = DeviceOptions::Kind::kCpu;
+    cpu.replicas = 1;
+    ASSIGN_OR_RETURN(ReplicaGroup * group, WorkerReplicaGroup(cpu));
+    h->device_ = group->device(0);
+    return h;
+  }
+
+  // What Pull reads.
+  const ExampleLayout& layout() const { return transformer_->layout(); }
+  const NetShape& shape() const { return shape_; }
+  const std::vector<int64_t>& groups() const { return groups_; }
+  const std::vector<int>& slot_group() const { return slot_group_; }
+  const tabular::Stats& stats() const { return stats_; }
+
+  std::vector<std::string> columns() const override {
+    std::vector<std::string> out;
+    for (const tabular::FeatureSpec& f : spec_.features) {
+      if (f.type == tabular::FeatureType::kCross) continue;
+      if (std::find(out.begin(), out.end(), f.column) == out.end()) out.push_back(f.column);
+    }
+    return out;
+  }
+  std::vector<std::string> outputs() const override {
+    switch (shape_.task) {
+      case Task::kBinary: return {"probability"};
+      case Task::kRegression: return {"prediction"};
+      case Task::kMulticlass: {
+        std::vector<std::string> out;
+        for (const std::string& c : stats_.classes) out.push_back("probability:" + c);
+        return out;
+      }
+    }
+    return {};
+  }
+
+  absl::Status Predict(const RawExamples& examples, PsConnection* ps,
+                       std::vector<float>* out) const override {
+    ASSIGN_OR_RETURN(tabular::ColumnMap columns,
+                     transformer_->MapColumns(examples.columns, "the request", /*with_label=*/false));
+    const ExampleLayout& l = layout();
+    const int64_t n = static_cast<int64_t>(examples.rows.size());
+    out->clear();
+    if (n == 0) return absl::OkStatus();
+    Batch batch;
+    batch.Resize(n, l);
+    std::vector<absl::string_view> fields(examples.columns.size());
+    for (int64_t i = 0; i < n; ++i) {
+      const std::vector<std::string>& row = examples.rows[i];
+      for (size_t c = 0; c < fields.size(); ++c) {
+        fields[c] = c < row.size() ? absl::string_view(row[c]) : absl::string_view();
+      }
+      absl::Status s = transformer_->Transform(fields, columns, /*training=*/false,
+                                               /*row_hash=*/0, batch.At(i, l));
+      if (!s.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("tabular: row ", i, ": ", s.message()));
+      }
+    }
+    Pulled p;
+    RETURN_IF_ERROR(Pull(*this, ps, batch, /*step=*/0, LookupMode::kEval, &p));
+    TabularNet net(device_, spec_, l, shape_);
+    NetOutput result;
+    RETURN_IF_ERROR(net.Run(p.batch, p.params, &result, nullptr));
+    const int K = static_cast<int>(shape_.outputs);
+    out->resize(n * K);
+    const double sd = stats_.label_stddev > 0 ? stats_.label_stddev : 1;
+    for (int64_t i = 0; i < n; ++i) {
+      const float* z = result.logits.data() + i * K;
+      float* o = out->data() + i * K;
+      switch (shape_.task) {
+        case Task::kBinary:
+          o[0] = static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(z[0]))));
+          break;
+        case Task::kRegression:
+          o[0] = static_cast<float>(z[0] * sd + stats_.label_mean);
+          break;
+        case Task::kMulticlass: {
+          const float top = *std::max_element(z, z + K);
+          double sum = 0;
+          for (int k = 0; k < K; ++k) sum += std::exp(static_cast<double>(z[k] - top));
+          for (int k = 0; k < K; ++k) {
+            o[k] = static_cast<float>(std::exp(static_cast<double>(z[k] - top)) / sum);
+          }
+          break;
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  TabularServingHead() = default;
+  Spec spec_;
+  tabular::Stats stats_;
+  std::unique_ptr<tabular::Transformer> transformer_;
+  NetShape shape_;
+  std::vector<int64_t> groups_;
+  std::vector<int> slot_group_;
+  Device* device_ = nullptr;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ServingHead>> CreateTabularServingHead(
+    const std::string& serving_config) {
+  absl::StatusOr<nlohmann::json> j = ParseJson(serving_config);
+  if (!j.ok() || !j->is_object() || !j->value("spec", nlohmann::json()).is_string() ||
+      !j->value("spec_path", nlohmann::json()).is_string() || !j->contains("stats")) {
+    return absl::InvalidArgumentError(
+        "tabular serving config: expected spec, spec_path and stats");
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<TabularServingHead> head, TabularServingHead::Create(*j));
+  return std::unique_ptr<ServingHead>(std::move(head));
 }
 
 absl::StatusOr<std::unique_ptr<Model>> CreateTabular(const ModelOptions& options) {

@@ -45,6 +45,7 @@
 
 #include "absl/status/statusor.h"
 #include "models/model.h"
+#include "models/serving_head.h"
 #include "worker/closure_registry.h"
 
 namespace pstrain {
@@ -57,6 +58,14 @@ absl::Status RegisterTabular(ClosureRegistry* registry);
 // The coordinator side. Errors: kInvalidArgument for bad options or spec, kNotFound for a missing
 // spec file.
 absl::StatusOr<std::unique_ptr<Model>> CreateTabular(const ModelOptions& options);
+
+// The serving head of a trained tabular model (models/serving_head.h) from its serving config
+// (the spec, the training split's statistics, the seed): it reads the spec's feature columns (not
+// the label) and transforms them as training did; outputs "probability" (binary), "prediction"
+// (regression, in the label's units) or "probability:<class>" per class (multiclass). Errors:
+// kInvalidArgument for a malformed config.
+absl::StatusOr<std::unique_ptr<ServingHead>> CreateTabularServingHead(
+    const std::string& serving_config);
 
 }  // namespace pstrain
 

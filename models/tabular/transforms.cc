@@ -276,7 +276,8 @@ bool Transformer::IsMissing(absl::string_view field) const {
 }
 
 absl::StatusOr<ColumnMap> Transformer::MapColumns(absl::Span<const std::string> header,
-                                                  const std::string& file) const {
+                                                  const std::string& file,
+                                                  bool with_label) const {
   ColumnMap m;
   m.num_fields = header.size();
   auto find = [&](const std::string& column) -> absl::StatusOr<int> {
@@ -300,8 +301,10 @@ absl::StatusOr<ColumnMap> Transformer::MapColumns(absl::Span<const std::string> 
     }
     return at;
   };
-  ASSIGN_OR_RETURN(m.label, find(spec_.label.column));
-  if (!spec_.split.test_column.empty()) {
+  if (with_label) {
+    ASSIGN_OR_RETURN(m.label, find(spec_.label.column));
+  }
+  if (with_label && !spec_.split.test_column.empty()) {
     ASSIGN_OR_RETURN(m.split, find(spec_.split.test_column));
   }
   for (const FeatureSpec& f : spec_.features) {
@@ -408,7 +411,11 @@ absl::StatusOr<uint64_t> Transformer::Value(int f, absl::string_view field, int 
 absl::Status Transformer::Transform(absl::Span<const absl::string_view> fields,
                                     const ColumnMap& columns, bool training, uint64_t row_hash,
                                     ExampleRef out) const {
-  ASSIGN_OR_RETURN(*out.label, Label(fields, columns));
+  if (columns.label >= 0) {
+    ASSIGN_OR_RETURN(*out.label, Label(fields, columns));
+  } else {
+    *out.label = 0;  // serving: no label
+  }
   const size_t n = spec_.features.size();
   absl::InlinedVector<uint64_t, 32> value(n, 0);
   DateCache dates;

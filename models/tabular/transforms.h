@@ -126,8 +126,10 @@ class Transformer {
 
   // The columns of a file with `header`. Errors: kInvalidArgument naming `file` and a column the
   // spec needs that the header lacks (listing the header's columns), or one it names twice.
+  // Without `with_label` (serving) the label and split columns are not needed: the map's label
+  // is -1 and Transform sets every label to 0.
   absl::StatusOr<ColumnMap> MapColumns(absl::Span<const std::string> header,
-                                       const std::string& file) const;
+                                       const std::string& file, bool with_label = true) const;
 
   // The label of `fields`. Errors: kInvalidArgument naming the column and value (a value outside
   // the task's: not a number, not one of the classes or the positive/negative texts; a missing

@@ -1,0 +1,29 @@
+#include "serving/predictor.h"
+
+#include <utility>
+
+#include "common/status_macros.h"
+#include "models/registry.h"
+#include "serving/store_ps_client.h"
+
+namespace pstrain {
+
+absl::StatusOr<std::unique_ptr<Predictor>> Predictor::Load(const std::string& model_dir,
+                                                           const PredictorOptions& options) {
+  std::unique_ptr<Predictor> p(new Predictor);
+  ASSIGN_OR_RETURN(p->store_, ModelStore::Open(model_dir, options.store));
+  std::vector<std::unique_ptr<PsClient>> clients;
+  clients.push_back(NewStorePsClient(p->store_.get()));
+  p->ps_ = std::make_unique<PsConnection>(std::move(clients));
+  ASSIGN_OR_RETURN(p->head_, CreateServingHead(p->store_->manifest().model,
+                                               p->store_->manifest().serving_config));
+  p->columns_ = p->head_->columns();
+  p->outputs_ = p->head_->outputs();
+  return p;
+}
+
+absl::Status Predictor::Predict(const RawExamples& examples, std::vector<float>* out) const {
+  return head_->Predict(examples, ps_.get(), out);
+}
+
+}  // namespace pstrain
