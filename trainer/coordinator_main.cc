@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -38,7 +39,10 @@
 #include "models/devices.h"
 #include "models/registry.h"
 #include "coordinator/in_process_cluster.h"
+#include "trainer/evaluator.h"
 #include "trainer/mirrored_strategy.h"
+#include "absl/synchronization/notification.h"
+#include "nlohmann/json.hpp"
 
 ABSL_FLAG(std::string, cluster_spec, "in_process:workers=2,ps=2",
           "The cluster: TF_CONFIG-style JSON text, the path of a JSON file, or "
@@ -53,6 +57,12 @@ ABSL_FLAG(std::string, strategy, "parameter_server",
           "hybrid's ps tasks) run in this process; with a cluster of processes, every worker "
           "runs this binary with its --task (or TF_CONFIG's), worker 0 the chief. A worker "
           "failure restarts every worker from the latest checkpoint.");
+ABSL_FLAG(std::string, evaluator, "",
+          "train: sidecar runs an evaluator beside the job in this process: it evaluates each new "
+          "checkpoint (the newest when it falls behind) and writes scalars under <logdir>/eval. "
+          "An evaluator task of its own is TF_CONFIG's \"evaluator\" (or --task=evaluator:0).");
+ABSL_FLAG(int, max_evaluations, 0,
+          "The evaluator stops after this many evaluations (0: after the job's final checkpoint).");
 ABSL_FLAG(std::string, task, "",
           "multi_worker_mirrored and hybrid with a cluster of processes: this process's task, "
           "e.g. worker:1 (default: TF_CONFIG's \"task\").");
@@ -217,9 +227,9 @@ struct JobPlan {
   std::optional<MirroredTask> task;
 };
 
-// Trains --model as `plan` says and prints the run's summary as one JSON line.
-int RunTrainJob(const JobPlan& plan) {
-  const std::string name = absl::GetFlag(FLAGS_model);
+// The model's options from the flags. Errors: kInvalidArgument naming the bad flag.
+absl::StatusOr<ModelOptions> ModelOptionsFromFlags() {
+  auto bad = [](const std::string& m) { return absl::InvalidArgumentError(m); };
   ModelOptions options;
   options.data = absl::GetFlag(FLAGS_data);
   options.epochs = absl::GetFlag(FLAGS_epochs);
@@ -228,26 +238,26 @@ int RunTrainJob(const JobPlan& plan) {
   options.learning_rate = absl::GetFlag(FLAGS_learning_rate);
   options.embedding_dim = absl::GetFlag(FLAGS_embedding_dim);
   absl::StatusOr<RelativeSchedule> schedule = ParseLrSchedule(absl::GetFlag(FLAGS_lr_schedule));
-  if (!schedule.ok()) return Fail(std::string(schedule.status().message()));
+  if (!schedule.ok()) return schedule.status();
   options.lr_schedule = *std::move(schedule);
   if (options.epochs < 0 || options.max_steps < 0 || options.batch_size < 0 ||
       options.learning_rate < 0 || options.embedding_dim < 0 || absl::GetFlag(FLAGS_seed) < 0) {
-    return Fail("--epochs, --max_steps, --batch_size, --learning_rate, --embedding_dim and --seed "
-                "must not be negative");
+    return bad("--epochs, --max_steps, --batch_size, --learning_rate, --embedding_dim and --seed "
+               "must not be negative");
   }
   options.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
   options.validation_fraction = absl::GetFlag(FLAGS_validation_fraction);
   options.validation_data = absl::GetFlag(FLAGS_validation_data);
   if (!(options.validation_fraction >= 0 && options.validation_fraction < 1)) {
-    return Fail(absl::StrCat("--validation_fraction=", options.validation_fraction,
-                             " must be in [0, 1)"));
+    return bad(absl::StrCat("--validation_fraction=", options.validation_fraction,
+                            " must be in [0, 1)"));
   }
   absl::StatusOr<DeviceOptions::Kind> device = ParseDeviceKind(absl::GetFlag(FLAGS_device));
-  if (!device.ok()) return Fail(absl::StrCat("--device: ", device.status().message()));
+  if (!device.ok()) return bad(absl::StrCat("--device: ", device.status().message()));
   options.devices.kind = *device;
   options.devices.replicas = absl::GetFlag(FLAGS_replicas);
   if (options.devices.replicas < 0) {
-    return Fail(absl::StrCat("--replicas=", options.devices.replicas, " must not be negative"));
+    return bad(absl::StrCat("--replicas=", options.devices.replicas, " must not be negative"));
   }
   for (const char* col : {"user_col", "item_col", "rating_col"}) {
     const std::string value = col == std::string("user_col")   ? absl::GetFlag(FLAGS_user_col)
@@ -262,10 +272,69 @@ int RunTrainJob(const JobPlan& plan) {
   for (const std::string& kv : absl::GetFlag(FLAGS_model_opt)) {
     const size_t eq = kv.find('=');
     if (eq == std::string::npos || eq == 0) {
-      return Fail(absl::StrCat("--model_opt: \"", kv, "\" is not key=value"));
+      return bad(absl::StrCat("--model_opt: \"", kv, "\" is not key=value"));
     }
     options.extra[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
+  return options;
+}
+
+// The evaluator's options from the flags (the job's checkpoint and log directories).
+EvaluatorOptions EvaluatorOptionsFromFlags(const std::string& model) {
+  EvaluatorOptions e;
+  e.checkpoint_dir = WithModel(absl::GetFlag(FLAGS_checkpoint_dir), model);
+  e.logdir = WithModel(absl::GetFlag(FLAGS_logdir), model);
+  e.max_evaluations = absl::GetFlag(FLAGS_max_evaluations);
+  e.on_evaluated = [](const Evaluation& ev) {
+    std::string metrics;
+    for (const auto& [name, value] : ev.metrics.values) {
+      if (absl::StartsWith(name, "test_") || absl::StartsWith(name, "val_")) {
+        absl::StrAppendFormat(&metrics, " %s=%.6g", name, value);
+      }
+    }
+    std::fprintf(stderr, "evaluator: step %lld%s%s%s\n", static_cast<long long>(ev.step),
+                 metrics.c_str(),
+                 ev.skipped.empty() ? "" : absl::StrCat(" (skipped ", ev.skipped.size(),
+                                                        " older checkpoint(s))").c_str(),
+                 ev.final ? " (final)" : "");
+  };
+  return e;
+}
+
+// The evaluator task (TF_CONFIG "evaluator"): evaluates the job's checkpoints as they come, until
+// its final one; prints one JSON line per evaluation.
+int RunEvaluatorJob() {
+  const std::string name = absl::GetFlag(FLAGS_model);
+  absl::StatusOr<ModelOptions> options = ModelOptionsFromFlags();
+  if (!options.ok()) return Fail(std::string(options.status().message()));
+  EvaluatorOptions e = EvaluatorOptionsFromFlags(name);
+  if (e.checkpoint_dir.empty()) return Fail("the evaluator needs the job's --checkpoint_dir");
+  auto log = e.on_evaluated;
+  e.on_evaluated = [log](const Evaluation& ev) {
+    log(ev);
+    nlohmann::json j;
+    j["step"] = ev.step;
+    j["checkpoint"] = ev.checkpoint;
+    j["final"] = ev.final;
+    j["skipped"] = ev.skipped.size();
+    for (const auto& [k, v] : ev.metrics.values) j[k] = v;
+    std::printf("%s\n", j.dump().c_str());
+    std::fflush(stdout);
+  };
+  std::fprintf(stderr, "evaluator: watching %s for %s checkpoints\n", e.checkpoint_dir.c_str(),
+               name.c_str());
+  absl::StatusOr<std::vector<Evaluation>> done = RunEvaluator(name, *options, e);
+  if (!done.ok()) return Fail(std::string(done.status().message()));
+  return 0;
+}
+
+// Trains --model as `plan` says and prints the run's summary as one JSON line. With
+// --evaluator=sidecar an evaluator runs beside it in this process.
+int RunTrainJob(const JobPlan& plan) {
+  const std::string name = absl::GetFlag(FLAGS_model);
+  absl::StatusOr<ModelOptions> model_options = ModelOptionsFromFlags();
+  if (!model_options.ok()) return Fail(std::string(model_options.status().message()));
+  const ModelOptions& options = *model_options;
   TrainerOptions trainer;
   trainer.checkpoint_dir = WithModel(absl::GetFlag(FLAGS_checkpoint_dir), name);
   trainer.restore = absl::GetFlag(FLAGS_restore);
@@ -285,6 +354,33 @@ int RunTrainJob(const JobPlan& plan) {
   trainer.early_stopping_patience = absl::GetFlag(FLAGS_early_stopping_patience);
   trainer.early_stopping_min_delta = absl::GetFlag(FLAGS_early_stopping_min_delta);
   trainer.keep_best = absl::GetFlag(FLAGS_keep_best);
+  // The sidecar evaluator: beside the job, until the job's final checkpoint (or the job fails).
+  const std::string sidecar = absl::GetFlag(FLAGS_evaluator);
+  if (!sidecar.empty() && sidecar != "sidecar") {
+    return Fail(absl::StrCat("--evaluator=", sidecar, " is not sidecar (or empty: none)"));
+  }
+  absl::Notification stop_evaluator, job_done;
+  absl::StatusOr<std::vector<Evaluation>> evaluations;
+  std::thread evaluator_thread;
+  if (!sidecar.empty()) {
+    if (trainer.checkpoint_dir.empty()) return Fail("--evaluator=sidecar needs --checkpoint_dir");
+    evaluator_thread = std::thread([&] {
+      EvaluatorOptions e = EvaluatorOptionsFromFlags(name);
+      e.job_done = &job_done;
+      evaluations = RunEvaluator(name, options, e, &stop_evaluator);
+    });
+  }
+  struct JoinEvaluator {
+    std::thread* t;
+    absl::Notification* stop;
+    bool failed = true;
+    ~JoinEvaluator() {
+      if (!t->joinable()) return;
+      if (failed) stop->Notify();  // the job failed: no final checkpoint will come
+      t->join();
+    }
+  } join_evaluator{&evaluator_thread, &stop_evaluator};
+
   absl::StatusOr<TrainResult> result;
   if (plan.spec == nullptr) {
     MirroredOptions mirrored;
@@ -313,6 +409,22 @@ int RunTrainJob(const JobPlan& plan) {
     result = Train(*plan.spec, model->get(), trainer);
   }
   if (!result.ok()) return Fail(std::string(result.status().message()));
+  if (evaluator_thread.joinable()) {
+    join_evaluator.failed = false;
+    job_done.Notify();
+    evaluator_thread.join();
+    if (!evaluations.ok()) {
+      std::fprintf(stderr, "warning: the sidecar evaluator failed: %s\n",
+                   std::string(evaluations.status().message()).c_str());
+    } else if (!evaluations->empty()) {
+      for (const auto& [k, v] : evaluations->back().metrics.values) {
+        result->metrics.values["eval_" + k] = v;
+      }
+      result->metrics.notes["evaluator"] =
+          absl::StrCat(evaluations->size(), " checkpoint(s) evaluated, the last at step ",
+                       evaluations->back().step);
+    }
+  }
   if (result->start_step == result->end_step && !result->restored_from.empty()) {
     std::fprintf(stderr,
                  "note: the checkpoint %s already covers all %lld steps, so this run only "
@@ -329,6 +441,20 @@ int Run() {
   absl::StatusOr<std::string> spec_flag = ClusterSpecText(absl::GetFlag(FLAGS_cluster_spec), &source);
   if (!spec_flag.ok()) return Fail(std::string(spec_flag.status().message()));
   const std::string& spec_text = *spec_flag;
+
+  // An evaluator task (TF_CONFIG's "task": {"type": "evaluator"}, or --task=evaluator:N): it only
+  // watches the job's checkpoints.
+  if (!absl::StartsWith(spec_text, "in_process")) {
+    absl::StatusOr<ClusterSpec> any = ClusterSpec::FromFlagValue(spec_text, SpecUse::kSynchronous);
+    std::optional<TaskRef> task;
+    if (any.ok()) task = any->task();
+    if (!absl::GetFlag(FLAGS_task).empty()) {
+      absl::StatusOr<TaskRef> flag = ParseTaskRef(absl::GetFlag(FLAGS_task));
+      if (!flag.ok()) return Fail(absl::StrCat("--task: ", flag.status().message()));
+      task = *flag;
+    }
+    if (task.has_value() && task->type == kEvaluator) return RunEvaluatorJob();
+  }
 
   const std::string strategy = absl::GetFlag(FLAGS_strategy);
   if (strategy == "multi_worker_mirrored" || strategy == "hybrid") {
