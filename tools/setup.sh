@@ -14,6 +14,9 @@ PACKAGES=(
   libgloo-dev
   # tools used by scripts and tests: openssl makes the TLS tests' certificates (tools/make_certs.sh)
   iproute2 procps openssl
+  # kubectl for //tests:k8s_manifests_test (deploy/k8s): Debian's, unless one is installed already
+  # (google-cloud-cli's `kubectl` package owns the same /usr/bin/kubectl, and dpkg refuses both)
+  $(command -v kubectl > /dev/null || echo kubernetes-client)
   # fuzzing (tools/fuzz.sh): clang with libFuzzer and the sanitizers' runtimes
   clang-14 libfuzzer-14-dev libclang-rt-14-dev
 )
