@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_util.h"
 #include "common/logging.h"
+#include "common/metrics_http.h"
 #include "cluster/security_flags.h"
 #include "cluster/spec_flag.h"
 #include "cluster/cluster_spec.h"
@@ -22,7 +23,10 @@ ABSL_FLAG(std::string, cluster_spec, "",
 ABSL_FLAG(std::string, task, "",
           "This process's task, type:index (e.g. ps:0). When empty, the spec's \"task\" is used.");
 ABSL_FLAG(std::string, bind_host, "0.0.0.0",
-          "The host part of the listen address; the port comes from this task's spec address.");
+          "The host part of the listen address (\"spec\": the host of this task's spec address); "
+          "the port comes from the spec address.");
+ABSL_FLAG(int, metrics_port, 0,
+          "Serve Prometheus metrics at http://<bind_host>:<port>/metrics (0: none).");
 
 namespace pstrain {
 namespace {
@@ -76,8 +80,28 @@ int RunTaskMain(int argc, char** argv, const std::string& job, const StartTaskFn
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  const std::string listen = absl::StrCat(absl::GetFlag(FLAGS_bind_host), ":", port);
-  absl::StatusOr<RunningTask> running = start(*spec, task.index, listen);
+  std::string host = absl::GetFlag(FLAGS_bind_host);
+  if (host == "spec") {
+    host = address.substr(0, address.rfind(':'));
+    if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  }
+  const std::string listen = absl::StrCat(host.find(':') != std::string::npos ? "[" : "", host,
+                                          host.find(':') != std::string::npos ? "]" : "", ":",
+                                          port);
+  std::unique_ptr<MetricsRegistry> metrics;
+  std::unique_ptr<MetricsHttpServer> metrics_server;
+  if (const int metrics_port = absl::GetFlag(FLAGS_metrics_port); metrics_port != 0) {
+    metrics = std::make_unique<MetricsRegistry>(Labels{{"task", task.ToString()}});
+    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> served =
+        MetricsHttpServer::Start(host, metrics_port, metrics.get());
+    if (!served.ok()) {
+      return Fail(absl::StrCat(task.ToString(), " --metrics_port: ", served.status().message()));
+    }
+    metrics_server = *std::move(served);
+    LOG(INFO) << task.ToString() << " serves metrics at http://" << metrics_server->address()
+              << "/metrics";
+  }
+  absl::StatusOr<RunningTask> running = start(*spec, task.index, listen, metrics.get());
   if (!running.ok()) {
     return Fail(absl::StrCat(task.ToString(), " (spec address ", address, "): ",
                              running.status().message()));
@@ -91,6 +115,7 @@ int RunTaskMain(int argc, char** argv, const std::string& job, const StartTaskFn
   LOG(INFO) << "received " << (signal_number == SIGTERM ? "SIGTERM" : "SIGINT")
             << ", shutting down " << task.ToString();
   running->server.reset();
+  metrics_server.reset();
   LOG(INFO) << task.ToString() << " stopped cleanly";
   return 0;
 }

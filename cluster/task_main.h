@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/metrics.h"
 
 namespace pstrain {
 
@@ -19,11 +20,15 @@ struct RunningTask {
   std::string address;
   std::string description;       // for the log, e.g. "ps:0 at 0.0.0.0:2222 (incarnation ...)"
 };
+// `metrics`: where the server counts its work (null without --metrics_port).
 using StartTaskFn = std::function<absl::StatusOr<RunningTask>(
-    const ClusterSpec& spec, int task_index, const std::string& listen_address)>;
+    const ClusterSpec& spec, int task_index, const std::string& listen_address,
+    MetricsRegistry* metrics)>;
 
 // Parses --cluster_spec (or TF_CONFIG) and --task, checks the task is of `job`, starts the server on
-// the task's port, logs its address, and waits for SIGTERM or SIGINT, then shuts down cleanly.
+// the task's port (on --bind_host: 0.0.0.0 by default, or "spec" for the host of the task's spec
+// address), serves its metrics at --metrics_port (0: none), logs its address, and waits for
+// SIGTERM or SIGINT, then shuts down cleanly.
 // Returns the process exit code; on bad input prints one line naming the problem and returns 2.
 int RunTaskMain(int argc, char** argv, const std::string& job, const StartTaskFn& start);
 

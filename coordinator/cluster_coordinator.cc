@@ -92,6 +92,36 @@ class ClusterCoordinatorImpl final : public ClusterCoordinator {
       w->client = std::move(c);
       workers_.push_back(std::move(w));
     }
+    // Metrics first: the threads below count into them.
+    if (MetricsRegistry* m = options_.metrics; m != nullptr) {
+      auto counter = [m](const char* name, const char* help) { return m->GetCounter(name, help); };
+      closures_done_ = counter("pstrain_coordinator_closures_total", "Closures completed.");
+      closures_failed_ = counter("pstrain_coordinator_closures_failed_total",
+                                 "Closures that ended in their own error.");
+      worker_failures_ = counter("pstrain_coordinator_worker_failures_total",
+                                 "Workers found failed (their closures run elsewhere).");
+      worker_recoveries_ = counter("pstrain_coordinator_worker_recoveries_total",
+                                   "Failed workers back and set up again.");
+      ps_failures_ = counter("pstrain_coordinator_ps_failures_total",
+                             "Closures that hit an unreachable or restarted ps.");
+      ps_recoveries_ = counter("pstrain_coordinator_ps_recoveries_total",
+                               "ps tasks that restarted and were re-created (and restored).");
+      collector_ = m->AddCollector([this](MetricsRegistry::Sink& out) {
+        absl::MutexLock lock(&mu_);
+        int inflight = 0, healthy = 0;
+        for (const auto& w : workers_) {
+          inflight += w->inflight;
+          healthy += w->healthy ? 1 : 0;
+        }
+        out.AddGauge("pstrain_coordinator_queued_closures", "Closures waiting for a worker.", {},
+                     static_cast<double>(queue_.size()));
+        out.AddGauge("pstrain_coordinator_inflight_closures", "Closures running on workers.", {},
+                     inflight);
+        out.AddGauge("pstrain_coordinator_healthy_workers", "Workers answering.", {}, healthy);
+        out.AddGauge("pstrain_coordinator_workers", "Workers in the cluster.", {},
+                     static_cast<double>(workers_.size()));
+      });
+    }
     for (auto& w : workers_) {
       Worker* raw = w.get();
       raw->thread = std::thread([this, raw] { WorkerLoop(raw); });
@@ -100,6 +130,7 @@ class ClusterCoordinatorImpl final : public ClusterCoordinator {
   }
 
   ~ClusterCoordinatorImpl() override {
+    if (options_.metrics != nullptr) options_.metrics->RemoveCollector(collector_);
     {
       absl::MutexLock lock(&mu_);
       stopping_ = true;
@@ -334,6 +365,7 @@ class ClusterCoordinatorImpl final : public ClusterCoordinator {
                    << " without " << lost << " of its shards; re-creating them";
       ASSIGN_OR_RETURN(int created, creator_->RecreateOnPs(i));
       (void)created;
+      Count(ps_recoveries_);
       if (options_.on_ps_restarted) {
         absl::Status s = options_.on_ps_restarted(i);
         if (!s.ok()) {
@@ -371,6 +403,7 @@ class ClusterCoordinatorImpl final : public ClusterCoordinator {
     absl::MutexLock lock(&mu_);
     if (w->healthy) {
       w->healthy = false;
+      Count(worker_failures_);
       LOG(WARNING) << w->client->name() << " failed (" << why.message()
                    << "); its closures run elsewhere until it is back";
     }
@@ -391,6 +424,7 @@ class ClusterCoordinatorImpl final : public ClusterCoordinator {
       if (s.ok()) {
         s = SetUpResources(w, health.incarnation());
         if (s.ok()) {
+          if (logged) Count(worker_recoveries_);
           LOG(INFO) << w->client->name() << " is "
                     << (logged ? "back" : "ready") << absl::StrFormat(" (incarnation %016x)", health.incarnation());
           return true;
@@ -480,6 +514,7 @@ class ClusterCoordinatorImpl final : public ClusterCoordinator {
     if (!s.ok() && IsWorkerFailure(s)) {
       if (w->healthy) {
         w->healthy = false;
+        Count(worker_failures_);
         LOG(WARNING) << w->client->name() << " failed (" << s.message()
                      << "); its closures run elsewhere until it is back";
       }
@@ -488,6 +523,7 @@ class ClusterCoordinatorImpl final : public ClusterCoordinator {
     }
     if (s.code() == absl::StatusCode::kAborted && c->ps_retries < options_.ps_failure_retries) {
       ++c->ps_retries;
+      Count(ps_failures_);
       LOG(WARNING) << "closure \"" << c->request.closure() << "\" hit a ps failure (" << s.message()
                    << "); checking the ps tasks, then retry " << c->ps_retries << " of "
                    << options_.ps_failure_retries;
@@ -497,6 +533,7 @@ class ClusterCoordinatorImpl final : public ClusterCoordinator {
       return;
     }
     --outstanding_;
+    Count(s.ok() ? closures_done_ : closures_failed_);
     if (s.ok()) {
       c->value->Finish(ValueState::kReady, absl::OkStatus(), std::move(outputs));
       return;
@@ -537,6 +574,17 @@ class ClusterCoordinatorImpl final : public ClusterCoordinator {
   const CoordinatorOptions options_;
   std::unique_ptr<PsConnection> ps_;
   std::unique_ptr<VariableCreator> creator_;
+  // Metrics (CoordinatorOptions::metrics): null without.
+  static void Count(Counter* c) {
+    if (c != nullptr) c->Increment();
+  }
+  Counter* closures_done_ = nullptr;
+  Counter* closures_failed_ = nullptr;
+  Counter* worker_failures_ = nullptr;
+  Counter* worker_recoveries_ = nullptr;
+  Counter* ps_failures_ = nullptr;
+  Counter* ps_recoveries_ = nullptr;
+  int collector_ = 0;
   std::vector<std::unique_ptr<Worker>> workers_;  // fixed after construction
   std::thread ps_thread_;                         // checks ps tasks after ps failures
   // Held through an exclusive section or a ps check, so that the two never overlap.

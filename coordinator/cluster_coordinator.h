@@ -23,6 +23,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/metrics.h"
 #include "common/tensor.h"
 #include "cluster/cluster_spec.h"
 #include "coordinator/variable_creator.h"
@@ -53,6 +54,9 @@ struct CoordinatorOptions {
   absl::Duration ps_unavailable_timeout = absl::Minutes(10);
   // Which ps tasks take fixed variables and which dynamic tables. Default: all take both.
   PlacementOptions placement;
+  // Where the coordinator counts closures, failures and recoveries (common/metrics.h; not owned,
+  // must outlive the coordinator). Default null: none.
+  MetricsRegistry* metrics = nullptr;
 };
 
 namespace coordinator_internal {

@@ -67,6 +67,16 @@ absl::StatusOr<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(
   cluster->registry_ = options.registry;
   cluster->mirror_ = options.mirror;
   cluster->ps_memory_budget_bytes_ = options.ps_memory_budget_bytes;
+  if (options.metrics_port >= 0) {
+    int next = options.metrics_port;
+    for (const TaskRef& task : cluster->spec_.AllTasks()) {
+      if (task.type == kPs && task.index < cluster->num_external_ps_) continue;
+      TaskMetrics& m = cluster->metrics_[task];
+      m.registry = std::make_unique<MetricsRegistry>(Labels{{"task", task.ToString()}});
+      ASSIGN_OR_RETURN(m.server, MetricsHttpServer::Start(options.host, next, m.registry.get()));
+      if (next > 0) ++next;
+    }
+  }
   {
     absl::MutexLock lock(&cluster->mu_);
     for (const TaskRef& task : cluster->spec_.AllTasks()) {
@@ -97,6 +107,7 @@ absl::Status InProcessCluster::StartTaskLocked(const TaskRef& task) {
     options.task_index = task.index;
     options.listen_address = address;
     options.memory_budget_bytes = ps_memory_budget_bytes_;
+    if (auto m = metrics_.find(task); m != metrics_.end()) options.metrics = m->second.registry.get();
     ASSIGN_OR_RETURN(ps_[task.index], PsServer::Start(options));
   } else {
     WorkerServerOptions options;
@@ -106,6 +117,7 @@ absl::Status InProcessCluster::StartTaskLocked(const TaskRef& task) {
     options.ps_addresses = spec_.tasks(kPs);
     options.num_workers = spec_.num_workers();
     options.mirror = mirror_;
+    if (auto m = metrics_.find(task); m != metrics_.end()) options.metrics = m->second.registry.get();
     ASSIGN_OR_RETURN(workers_[task.index], WorkerServer::Start(options));
   }
   return absl::OkStatus();
@@ -184,6 +196,12 @@ void InProcessCluster::Shutdown() {
   // Workers first (they are clients of the ps tasks), then the ps tasks.
   workers.clear();
   ps.clear();
+}
+
+std::map<std::string, std::string> InProcessCluster::metrics_addresses() const {
+  std::map<std::string, std::string> out;
+  for (const auto& [task, m] : metrics_) out[task.ToString()] = m.server->address();
+  return out;
 }
 
 }  // namespace pstrain

@@ -12,6 +12,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "cluster/cluster_spec.h"
+#include "common/metrics.h"
+#include "common/metrics_http.h"
 #include "ps/ps_server.h"
 #include "worker/worker_server.h"
 
@@ -35,6 +37,9 @@ struct InProcessClusterOptions {
   // the num_ps it starts itself; it neither starts nor stops them. Default: none. The hybrid
   // strategy's workers reach the shared ps tasks this way.
   std::vector<std::string> external_ps;
+  // Prometheus metrics (common/metrics.h): -1 (the default) none; 0 each task serves its own at
+  // a picked port; P > 0 the tasks serve at P, P+1, ... (ps tasks first, then workers), on `host`.
+  int metrics_port = -1;
 };
 
 // Parses "in_process:workers=2,ps=2" (either key may be left out; defaults as above).
@@ -71,6 +76,9 @@ class InProcessCluster {
   // Stops every task. Idempotent.
   void Shutdown();
 
+  // Where each task serves its metrics ("ps:0" -> "localhost:9091"); empty without metrics.
+  std::map<std::string, std::string> metrics_addresses() const;
+
  private:
   explicit InProcessCluster(ClusterSpec spec) : spec_(std::move(spec)) {}
   absl::Status StartTaskLocked(const TaskRef& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -80,6 +88,12 @@ class InProcessCluster {
   int num_external_ps_ = 0;
   std::shared_ptr<const ClosureRegistry> registry_;
   MirrorOptions mirror_;
+  // Metrics: each task's registry (kept across restarts) and its HTTP server.
+  struct TaskMetrics {
+    std::unique_ptr<MetricsRegistry> registry;
+    std::unique_ptr<MetricsHttpServer> server;
+  };
+  std::map<TaskRef, TaskMetrics> metrics_;
   int64_t ps_memory_budget_bytes_ = 0;
   mutable absl::Mutex mu_;
   // Below: guarded by mu_. A stopped task has no entry.

@@ -4,6 +4,7 @@
 #include "common/grpc_util.h"
 #include "common/logging.h"
 #include "common/raw_service.h"
+#include "common/service_metrics.h"
 #include "common/status_macros.h"
 #include "ps/checkpoint_root.h"
 #include "ps/ps_service_handlers.h"
@@ -26,12 +27,15 @@ class PsServerImpl final : public PsServer {
     limits.max_ids_per_request = options.max_ids_per_request;
     limits.max_concurrent_large_requests = options.max_concurrent_large_requests;
     handlers_ = std::make_unique<PsServiceHandlers>(limits, std::move(root));
+    handlers_->ExportMetrics(options.metrics);
     service_ = std::make_unique<RawUnaryService>(
         PsServiceHandlers::Service(),
-        [handlers = handlers_.get()](int method, const std::vector<absl::string_view>& request,
-                                     const ReplyAllocator& reply) {
-          return handlers->Serve(method, request, reply);
-        });
+        InstrumentRawHandler(
+            [handlers = handlers_.get()](int method, const std::vector<absl::string_view>& request,
+                                         const ReplyAllocator& reply) {
+              return handlers->Serve(method, request, reply);
+            },
+            PsServiceHandlers::Service(), options.metrics, "pstrain_ps"));
     ASSIGN_OR_RETURN(StartedServer started,
                      StartGrpcServer(options.listen_address, {service_.get()}));
     server_ = std::move(started.server);

@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "cluster/task_identity.h"
+#include "common/metrics.h"
 
 namespace pstrain {
 
@@ -29,6 +30,9 @@ struct PsServerOptions {
   // Requests of 4 MiB or more served at once (more wait their turn, up to 30 s); 0: no limit.
   // Default 0; the ps binary's --max_large_requests sets one.
   int max_concurrent_large_requests = 0;
+  // Where this ps counts its requests and work (common/metrics.h; not owned, must outlive the
+  // server). Default null: none.
+  MetricsRegistry* metrics = nullptr;
 };
 
 // A running ps task. Thread-safe. Destroying it shuts the server down (Shutdown() is idempotent).

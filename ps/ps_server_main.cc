@@ -34,7 +34,8 @@ ABSL_FLAG(int, max_large_requests, 0,
 int main(int argc, char** argv) {
   return pstrain::RunTaskMain(
       argc, argv, "ps",
-      [](const pstrain::ClusterSpec&, int task_index, const std::string& listen) -> absl::StatusOr<pstrain::RunningTask> {
+      [](const pstrain::ClusterSpec&, int task_index, const std::string& listen,
+         pstrain::MetricsRegistry* metrics) -> absl::StatusOr<pstrain::RunningTask> {
         pstrain::PsServerOptions options;
         absl::StatusOr<int64_t> budget = pstrain::ParseByteSize(absl::GetFlag(FLAGS_memory_budget));
         if (!budget.ok()) {
@@ -60,6 +61,7 @@ int main(int argc, char** argv) {
         }
         options.task_index = task_index;
         options.listen_address = listen;
+        options.metrics = metrics;
         absl::StatusOr<std::unique_ptr<pstrain::PsServer>> server =
             pstrain::PsServer::Start(options);
         if (!server.ok()) return server.status();

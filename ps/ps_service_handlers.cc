@@ -1,5 +1,7 @@
 #include "ps/ps_service_handlers.h"
 
+#include <map>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -38,6 +40,77 @@ PsServiceHandlers::PsServiceHandlers(const PsServiceLimits& limits, CheckpointRo
   for (int m = 0; m < Service()->method_count(); ++m) {
     methods_.push_back(Bind(Service()->method(m)->name()));
   }
+}
+
+PsServiceHandlers::~PsServiceHandlers() {
+  if (metrics_ != nullptr) metrics_->RemoveCollector(collector_);
+}
+
+void PsServiceHandlers::ExportMetrics(MetricsRegistry* registry) {
+  if (registry == nullptr) return;
+  metrics_ = registry;
+  rows_looked_up_ = registry->GetCounter("pstrain_ps_rows_looked_up_total",
+                                         "Rows (and dynamic tables' keys) sent in Lookup replies.");
+  rows_read_ = registry->GetCounter("pstrain_ps_rows_read_total", "Rows sent in Read replies.");
+  save_seconds_ = registry->GetHistogram("pstrain_ps_checkpoint_save_seconds",
+                                         "Time to write this ps's part of a checkpoint.",
+                                         LatencyBuckets());
+  restore_seconds_ = registry->GetHistogram("pstrain_ps_checkpoint_restore_seconds",
+                                            "Time to stage a checkpoint restore.",
+                                            LatencyBuckets());
+  saved_bytes_ = registry->GetCounter("pstrain_ps_checkpoint_saved_bytes_total",
+                                      "Values and slots written into checkpoints.");
+  restored_bytes_ = registry->GetCounter("pstrain_ps_checkpoint_restored_bytes_total",
+                                         "Values and slots read from checkpoints.");
+  collector_ = registry->AddCollector([this](MetricsRegistry::Sink& out) {
+    const MemoryBudget& budget = store_.budget();
+    out.AddGauge("pstrain_ps_memory_budget_used_bytes", "Bytes reserved under the memory budget.",
+                 {}, static_cast<double>(budget.used()));
+    out.AddGauge("pstrain_ps_memory_budget_limit_bytes", "The memory budget (0: none).", {},
+                 static_cast<double>(budget.limit()));
+    std::map<std::string, double> bytes;  // by variable
+    for (const VariableShardDef& def : store_.ListShards()) {
+      if (def.has_dynamic()) continue;
+      int64_t width = 1;
+      for (int i = 1; i < def.full_shape_size(); ++i) width *= def.full_shape(i);
+      bytes[def.variable()] +=
+          static_cast<double>(def.num_rows() * width * (def.dtype() == DT_INT64 ? 8 : 4));
+    }
+    struct Table {
+      double keys = 0, bytes = 0, admitted = 0, rejected = 0, ttl = 0, capacity = 0, erased = 0;
+    };
+    std::map<std::string, Table> tables;
+    for (const DynamicShardStats& s : store_.DynamicStats()) {
+      const std::string variable = s.shard().substr(0, s.shard().rfind("/part_"));
+      Table& t = tables[variable];
+      t.keys += s.keys();
+      t.bytes += s.bytes();
+      t.admitted += s.admitted();
+      t.rejected += s.rejected();
+      t.ttl += s.evicted_ttl();
+      t.capacity += s.evicted_capacity();
+      t.erased += s.erased();
+    }
+    for (const auto& [variable, t] : tables) bytes[variable] += t.bytes;
+    for (const auto& [variable, b] : bytes) {
+      out.AddGauge("pstrain_ps_variable_bytes",
+                   "Bytes of each variable's shards on this ps (values; tables: records).",
+                   {{"variable", variable}}, b);
+    }
+    for (const auto& [variable, t] : tables) {
+      const Labels v{{"variable", variable}};
+      out.AddGauge("pstrain_ps_table_keys", "Keys a dynamic table holds on this ps.", v, t.keys);
+      out.AddCounter("pstrain_ps_table_admitted_total", "Keys stored by a dynamic table.", v,
+                     t.admitted);
+      out.AddCounter("pstrain_ps_table_rejected_total",
+                     "Training lookups of keys not (yet) admitted.", v, t.rejected);
+      out.AddCounter("pstrain_ps_table_evicted_total", "Keys evicted, by reason.",
+                     {{"variable", variable}, {"reason", "ttl"}}, t.ttl);
+      out.AddCounter("pstrain_ps_table_evicted_total", "Keys evicted, by reason.",
+                     {{"variable", variable}, {"reason", "capacity"}}, t.capacity);
+      out.AddCounter("pstrain_ps_table_erased_total", "Keys erased by ERASE updates.", v, t.erased);
+    }
+  });
 }
 
 absl::Status PsServiceHandlers::Serve(int method, const std::vector<absl::string_view>& request,
@@ -118,14 +191,26 @@ PsServiceHandlers::Method PsServiceHandlers::Bind(absl::string_view name) {
     return [this, n](const std::vector<absl::string_view>& bytes, const ReplyAllocator& reply) {
       LookupRequest request;
       RETURN_IF_ERROR(ParseRequest(bytes, n, &request));
-      return store_.LookupSerialized(request, reply);
+      RETURN_IF_ERROR(store_.LookupSerialized(request, reply));
+      if (rows_looked_up_ != nullptr) {
+        int64_t rows = 0;
+        for (const LookupOp& op : request.ops()) rows += op.ids().size() / sizeof(int64_t);
+        rows_looked_up_->Increment(rows);
+      }
+      return absl::OkStatus();
     };
   }
   if (name == "Read") {
     return [this, n](const std::vector<absl::string_view>& bytes, const ReplyAllocator& reply) {
       ReadRequest request;
       RETURN_IF_ERROR(ParseRequest(bytes, n, &request));
-      return store_.ReadSerialized(request, reply);
+      RETURN_IF_ERROR(store_.ReadSerialized(request, reply));
+      if (rows_read_ != nullptr) {
+        int64_t rows = 0;
+        for (const ReadOp& op : request.ops()) rows += op.range().row_end() - op.range().row_begin();
+        rows_read_->Increment(rows);
+      }
+      return absl::OkStatus();
     };
   }
   if (name == "Update") {
@@ -142,7 +227,9 @@ PsServiceHandlers::Method PsServiceHandlers::Bind(absl::string_view name) {
           ASSIGN_OR_RETURN(std::string db_path, root_.Confine(request.db_path()));
           SaveShardsRequest confined = request;
           confined.set_db_path(db_path);
+          ScopedTimer timer(save_seconds_);
           ASSIGN_OR_RETURN(*response, store_.SaveShards(confined));
+          if (saved_bytes_ != nullptr) saved_bytes_->Increment(response->bytes());
           return absl::OkStatus();
         });
   }
@@ -156,7 +243,9 @@ PsServiceHandlers::Method PsServiceHandlers::Bind(absl::string_view name) {
               source.set_db_path(db_path);
             }
           }
+          ScopedTimer timer(restore_seconds_);
           ASSIGN_OR_RETURN(*response, store_.RestoreShards(confined));
+          if (restored_bytes_ != nullptr) restored_bytes_->Increment(response->bytes());
           return absl::OkStatus();
         });
   }

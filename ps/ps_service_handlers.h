@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "cluster/task_identity.h"
+#include "common/metrics.h"
 #include "common/raw_service.h"
 #include "google/protobuf/descriptor.h"
 #include "ps/checkpoint_root.h"
@@ -48,6 +49,14 @@ class PsServiceHandlers {
   // The identity Health reports (set once the server's port is known).
   void SetIdentity(const TaskIdentity& identity) { identity_.Set(identity); }
 
+  ~PsServiceHandlers();
+
+  // Counts this ps's work into `registry` (not owned; it must outlive the handlers). Call before
+  // serving. Series: rows looked up and read, checkpoint save and restore seconds and bytes, and
+  // at each scrape every variable's bytes, each dynamic table's keys, admissions, rejections and
+  // evictions, and the memory budget's use.
+  void ExportMetrics(MetricsRegistry* registry);
+
   // Serves one call of Service()->method(method) on `request` (its bytes, in pieces).
   // Errors: the method's own; kInvalidArgument "<Method>: malformed request" for bytes that don't
   // parse; kUnimplemented for a method number out of range.
@@ -62,6 +71,16 @@ class PsServiceHandlers {
   // Waits for a turn among the large requests. Errors: kResourceExhausted after kLargeRequestWait.
   absl::Status EnterLarge(absl::string_view method, size_t bytes);
   void LeaveLarge();
+
+  // Metrics (ExportMetrics): null until then.
+  MetricsRegistry* metrics_ = nullptr;
+  int collector_ = 0;
+  Counter* rows_looked_up_ = nullptr;
+  Counter* rows_read_ = nullptr;
+  Histogram* save_seconds_ = nullptr;
+  Histogram* restore_seconds_ = nullptr;
+  Counter* saved_bytes_ = nullptr;
+  Counter* restored_bytes_ = nullptr;
 
   const int max_large_;
   absl::Mutex large_mu_;

@@ -12,6 +12,8 @@ PACKAGES=(
   nlohmann-json3-dev zlib1g-dev libssl-dev
   # CPU collectives for synchronous training (collective/)
   libgloo-dev
+  # HTTP endpoints: Prometheus metrics, the prediction server's JSON API
+  libcpp-httplib-dev
   # tools used by scripts and tests: openssl makes the TLS tests' certificates (tools/make_certs.sh)
   iproute2 procps openssl
   # kubectl for //tests:k8s_manifests_test (deploy/k8s): Debian's, unless one is installed already

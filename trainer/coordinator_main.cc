@@ -39,6 +39,8 @@
 #include "models/devices.h"
 #include "models/registry.h"
 #include "coordinator/in_process_cluster.h"
+#include "common/metrics.h"
+#include "common/metrics_http.h"
 #include "trainer/evaluator.h"
 #include "trainer/mirrored_strategy.h"
 #include "absl/synchronization/notification.h"
@@ -57,6 +59,13 @@ ABSL_FLAG(std::string, strategy, "parameter_server",
           "hybrid's ps tasks) run in this process; with a cluster of processes, every worker "
           "runs this binary with its --task (or TF_CONFIG's), worker 0 the chief. A worker "
           "failure restarts every worker from the latest checkpoint.");
+ABSL_FLAG(int, metrics_port, 0,
+          "Serve Prometheus metrics at http://<host>:<port>/metrics (0: none): the coordinator's "
+          "(steps, examples, loss, closures, failures, checkpoints) on this port, and with an "
+          "in-process cluster each task's on the next ports (ps tasks, then workers; -1: picked "
+          "ports, listed on stderr). The evaluator task serves its own.");
+ABSL_FLAG(std::string, metrics_host, "localhost",
+          "The host the --metrics_port endpoints listen on (0.0.0.0: every interface).");
 ABSL_FLAG(std::string, evaluator, "",
           "train: sidecar runs an evaluator beside the job in this process: it evaluates each new "
           "checkpoint (the newest when it falls behind) and writes scalars under <logdir>/eval. "
@@ -156,6 +165,9 @@ ABSL_FLAG(int64_t, work_us, 0,
 namespace pstrain {
 namespace {
 
+// This process's metrics (--metrics_port): the chief's, or the evaluator's. Null without.
+MetricsRegistry* process_metrics = nullptr;
+
 int Fail(const std::string& message) {
   std::fprintf(stderr, "error: %s\n", message.c_str());
   return 2;
@@ -168,7 +180,10 @@ int RunSumJob(const ClusterSpec& spec) {
   const int64_t steps = absl::GetFlag(FLAGS_steps);
   const int64_t rows = absl::GetFlag(FLAGS_rows_per_step);
   if (steps < 1 || rows < 1) return Fail("--steps and --rows_per_step must be at least 1");
-  absl::StatusOr<std::unique_ptr<ClusterCoordinator>> coordinator = ClusterCoordinator::Create(spec);
+  CoordinatorOptions coordinator_options;
+  coordinator_options.metrics = process_metrics;
+  absl::StatusOr<std::unique_ptr<ClusterCoordinator>> coordinator =
+      ClusterCoordinator::Create(spec, coordinator_options);
   if (!coordinator.ok()) return Fail(std::string(coordinator.status().message()));
   VariableSpec total_spec;
   total_spec.name = kSumJobVariable;
@@ -282,6 +297,7 @@ absl::StatusOr<ModelOptions> ModelOptionsFromFlags() {
 // The evaluator's options from the flags (the job's checkpoint and log directories).
 EvaluatorOptions EvaluatorOptionsFromFlags(const std::string& model) {
   EvaluatorOptions e;
+  e.metrics = process_metrics;
   e.checkpoint_dir = WithModel(absl::GetFlag(FLAGS_checkpoint_dir), model);
   e.logdir = WithModel(absl::GetFlag(FLAGS_logdir), model);
   e.max_evaluations = absl::GetFlag(FLAGS_max_evaluations);
@@ -336,6 +352,7 @@ int RunTrainJob(const JobPlan& plan) {
   if (!model_options.ok()) return Fail(std::string(model_options.status().message()));
   const ModelOptions& options = *model_options;
   TrainerOptions trainer;
+  trainer.metrics = process_metrics;
   trainer.checkpoint_dir = WithModel(absl::GetFlag(FLAGS_checkpoint_dir), name);
   trainer.restore = absl::GetFlag(FLAGS_restore);
   trainer.restore_skip_missing = absl::GetFlag(FLAGS_restore_skip_missing);
@@ -437,6 +454,24 @@ int RunTrainJob(const JobPlan& plan) {
 }
 
 int Run() {
+  // This process's own metrics endpoint.
+  const int metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  std::unique_ptr<MetricsRegistry> registry;
+  std::unique_ptr<MetricsHttpServer> metrics_server;
+  if (metrics_port != 0) {
+    if (metrics_port < -1 || metrics_port > 65535) {
+      return Fail(absl::StrCat("--metrics_port=", metrics_port, " is not -1, 0 or a port"));
+    }
+    const std::string task = absl::GetFlag(FLAGS_task).empty() ? "chief" : absl::GetFlag(FLAGS_task);
+    registry = std::make_unique<MetricsRegistry>(Labels{{"task", task}});
+    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> served = MetricsHttpServer::Start(
+        absl::GetFlag(FLAGS_metrics_host), std::max(metrics_port, 0), registry.get());
+    if (!served.ok()) return Fail(absl::StrCat("--metrics_port: ", served.status().message()));
+    metrics_server = *std::move(served);
+    process_metrics = registry.get();
+    std::fprintf(stderr, "metrics: %s at http://%s/metrics\n", task.c_str(),
+                 metrics_server->address().c_str());
+  }
   std::string source;
   absl::StatusOr<std::string> spec_flag = ClusterSpecText(absl::GetFlag(FLAGS_cluster_spec), &source);
   if (!spec_flag.ok()) return Fail(std::string(spec_flag.status().message()));
@@ -522,10 +557,18 @@ int Run() {
     absl::StatusOr<int64_t> budget = ParseByteSize(absl::GetFlag(FLAGS_ps_memory_budget));
     if (!budget.ok()) return Fail(absl::StrCat("--ps_memory_budget: ", budget.status().message()));
     options->ps_memory_budget_bytes = *budget;
+    if (metrics_port != 0) {
+      options->metrics_port = metrics_port > 0 ? metrics_port + 1 : 0;
+      options->host = absl::GetFlag(FLAGS_metrics_host) == "0.0.0.0" ? "localhost"
+                                                                      : absl::GetFlag(FLAGS_metrics_host);
+    }
     absl::StatusOr<std::unique_ptr<InProcessCluster>> cluster = InProcessCluster::Start(*options);
     if (!cluster.ok()) return Fail(absl::StrCat("in-process cluster: ", cluster.status().message()));
     in_process = std::move(*cluster);
     spec = in_process->spec();
+    for (const auto& [task, address] : in_process->metrics_addresses()) {
+      std::fprintf(stderr, "metrics: %s at http://%s/metrics\n", task.c_str(), address.c_str());
+    }
   } else {
     spec = ClusterSpec::FromFlagValue(spec_text);
     if (!spec.ok()) return Fail(absl::StrCat(source, ": ", spec.status().message()));

@@ -138,6 +138,17 @@ absl::StatusOr<std::vector<Evaluation>> RunEvaluator(const std::string& model_na
     LOG(INFO) << "evaluator: step " << e.step << " (" << e.checkpoint << ")"
               << (e.final ? ", the job's final checkpoint" : "");
     last_step = e.step;
+    if (MetricsRegistry* m = options.metrics; m != nullptr) {
+      m->GetCounter("pstrain_evaluator_evaluations_total", "Checkpoints evaluated.")->Increment();
+      m->GetCounter("pstrain_evaluator_skipped_total", "Checkpoints passed over when behind.")
+          ->Increment(static_cast<int64_t>(e.skipped.size()));
+      m->GetGauge("pstrain_evaluator_step", "The last evaluated checkpoint's step.")->Set(e.step);
+      for (const auto& [name, value] : e.metrics.values) {
+        m->GetGauge("pstrain_evaluator_metric", "The last evaluation's metrics, by name.",
+                    {{"metric", name}})
+            ->Set(value);
+      }
+    }
     if (options.on_evaluated) options.on_evaluated(e);
     done.push_back(std::move(e));
     if (done.back().final) break;

@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/metrics.h"
 #include "models/model.h"
 
 namespace pstrain {
@@ -42,6 +43,9 @@ struct EvaluatorOptions {
   // Set once the job ended (the sidecar): the checkpoints there are evaluated (the newest), then
   // the evaluator stops instead of waiting for more. Default: none.
   const absl::Notification* job_done = nullptr;
+  // Where the evaluator counts its evaluations and publishes the last one's metrics as gauges
+  // (pstrain_evaluator_*; not owned). Default null: none.
+  MetricsRegistry* metrics = nullptr;
   // Called after each evaluation (tests, the sidecar's log line).
   std::function<void(const struct Evaluation&)> on_evaluated;
 };

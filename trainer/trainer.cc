@@ -94,6 +94,7 @@ absl::StatusOr<TrainResult> Train(const ClusterSpec& spec, Model* model,
   // The checkpoint manager exists only once the coordinator does; the recovery hook reads it then.
   std::unique_ptr<CheckpointManager> checkpoints;
   coordinator_options.placement = options.placement;
+  coordinator_options.metrics = options.metrics;
   coordinator_options.on_ps_restarted = [&checkpoints, &options](int ps) -> absl::Status {
     if (options.ps_restart_ends_run) {
       return absl::UnavailableError(absl::StrCat(
@@ -203,6 +204,36 @@ absl::StatusOr<TrainResult> Train(const ClusterSpec& spec, Model* model,
                    ProgressReporter::Create(progress_options));
 
   int64_t examples = examples_before;
+  // Metrics (TrainerOptions::metrics).
+  struct {
+    Counter* steps = nullptr;
+    Counter* examples = nullptr;
+    Gauge* step = nullptr;
+    Gauge* loss = nullptr;
+    Gauge* examples_per_sec = nullptr;
+    Counter* checkpoints = nullptr;
+    Histogram* checkpoint_seconds = nullptr;
+    Counter* validations = nullptr;
+  } metric;
+  if (MetricsRegistry* m = options.metrics; m != nullptr) {
+    const Labels model_label{{"model", model->name()}};
+    metric.steps = m->GetCounter("pstrain_trainer_steps_total", "Training steps done.", model_label);
+    metric.examples = m->GetCounter("pstrain_trainer_examples_total", "Examples trained on.",
+                                    model_label);
+    metric.step = m->GetGauge("pstrain_trainer_step", "The last step done.", model_label);
+    metric.loss = m->GetGauge("pstrain_trainer_loss", "The last step's mean loss.", model_label);
+    metric.examples_per_sec = m->GetGauge("pstrain_trainer_examples_per_second",
+                                          "Examples per second over the last summary interval.",
+                                          model_label);
+    metric.checkpoints = m->GetCounter("pstrain_trainer_checkpoints_total", "Checkpoints saved.",
+                                       model_label);
+    metric.checkpoint_seconds =
+        m->GetHistogram("pstrain_trainer_checkpoint_seconds",
+                        "Time to save a checkpoint (training paused).", LatencyBuckets(),
+                        model_label);
+    metric.validations = m->GetCounter("pstrain_trainer_validations_total", "Validations run.",
+                                       model_label);
+  }
   // Models that can be served describe themselves in every checkpoint.
   absl::StatusOr<std::string> serving = model->ServingConfig();
   auto save = [&](int64_t step, bool final_save = false) -> absl::Status {
@@ -214,10 +245,16 @@ absl::StatusOr<TrainResult> Train(const ClusterSpec& spec, Model* model,
     if (serving.ok()) state[kServingState] = *serving;
     if (final_save) state[kFinalState] = "1";
     if (result.stopped_early) state[kStoppedEarlyState] = "1";
-    return coordinator->RunExclusive([&]() -> absl::Status {
+    const absl::Time save_start = absl::Now();
+    RETURN_IF_ERROR(coordinator->RunExclusive([&]() -> absl::Status {
       ASSIGN_OR_RETURN(result.last_checkpoint, checkpoints->Save(step, state));
       return absl::OkStatus();
-    });
+    }));
+    if (metric.checkpoints != nullptr) {
+      metric.checkpoints->Increment();
+      metric.checkpoint_seconds->ObserveDuration(absl::Now() - save_start);
+    }
+    return absl::OkStatus();
   };
 
   const absl::Time train_start = absl::Now();
@@ -245,6 +282,12 @@ absl::StatusOr<TrainResult> Train(const ClusterSpec& spec, Model* model,
     }
     const double loss = out[0].scalar<float>();
     examples += out[1].scalar<int64_t>();
+    if (metric.steps != nullptr) {
+      metric.steps->Increment();
+      metric.examples->Increment(out[1].scalar<int64_t>());
+      metric.step->Set(static_cast<double>(step + 1));
+      metric.loss->Set(loss);
+    }
     loss_sum += loss;
     ++loss_count;
     progress->Update(step + 1, examples, loss);
@@ -252,6 +295,9 @@ absl::StatusOr<TrainResult> Train(const ClusterSpec& spec, Model* model,
       const absl::Time now = absl::Now();
       RETURN_IF_ERROR(events->WriteScalar("loss", step + 1, static_cast<float>(loss_sum / loss_count)));
       const double seconds = absl::ToDoubleSeconds(now - last_summary);
+      if (seconds > 0 && metric.examples_per_sec != nullptr) {
+        metric.examples_per_sec->Set((examples - examples_at_summary) / seconds);
+      }
       if (seconds > 0) {
         RETURN_IF_ERROR(events->WriteScalar(
             "examples_per_sec", step + 1,
@@ -287,6 +333,7 @@ absl::StatusOr<TrainResult> Train(const ClusterSpec& spec, Model* model,
     ASSIGN_OR_RETURN(ModelMetrics m,
                      PreferJobError(model->Validate(coordinator.get()), coordinator.get()));
     ++result.validations;
+    if (metric.validations != nullptr) metric.validations->Increment();
     last_validated = step;
     auto it = m.values.find(watch.monitor);
     if (it == m.values.end()) {

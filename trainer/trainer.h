@@ -28,6 +28,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/metrics.h"
 #include "coordinator/cluster_coordinator.h"
 #include "cluster/cluster_spec.h"
 #include "trainer/progress.h"
@@ -101,6 +102,9 @@ struct TrainerOptions {
   // Default (empty): all. The hybrid strategy's workers other than the chief restore only their
   // replica; the chief restores the shared ps tasks.
   std::vector<int> restore_only_ps;
+  // Where the run counts its steps, examples, loss and checkpoints (and the coordinator its
+  // closures and failures); not owned. Default null: none.
+  MetricsRegistry* metrics = nullptr;
   // A ps task that restarted ends the run with kUnavailable, instead of being reloaded from the
   // latest checkpoint while training goes on. Default false; the hybrid strategy sets it (its
   // workers then restart together from the latest checkpoint).

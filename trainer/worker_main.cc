@@ -8,8 +8,8 @@
 int main(int argc, char** argv) {
   return pstrain::RunTaskMain(
       argc, argv, "worker",
-      [](const pstrain::ClusterSpec& spec, int task_index,
-         const std::string& listen) -> absl::StatusOr<pstrain::RunningTask> {
+      [](const pstrain::ClusterSpec& spec, int task_index, const std::string& listen,
+         pstrain::MetricsRegistry* metrics) -> absl::StatusOr<pstrain::RunningTask> {
         pstrain::WorkerServerOptions options;
         absl::StatusOr<std::shared_ptr<const pstrain::ClosureRegistry>> registry =
             pstrain::TrainingRegistry();
@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
         options.listen_address = listen;
         options.ps_addresses = spec.tasks(pstrain::kPs);
         options.num_workers = spec.num_workers();
+        options.metrics = metrics;
         absl::StatusOr<std::unique_ptr<pstrain::WorkerServer>> server =
             pstrain::WorkerServer::Start(options);
         if (!server.ok()) return server.status();

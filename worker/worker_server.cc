@@ -7,6 +7,7 @@
 #include "common/grpc_util.h"
 #include "common/logging.h"
 #include "common/raw_service.h"
+#include "common/service_metrics.h"
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
 #include "ps/grpc_ps_client.h"
@@ -47,13 +48,16 @@ class WorkerServerImpl final : public WorkerServer {
     if (options.mirror.group != nullptr) {
       handlers_->SetReplica(options.mirror.group->rank(), options.mirror.group->size());
     }
+    handlers_->SetMetrics(options.metrics);
     pool_ = std::make_unique<ThreadPool>(threads);
     service_ = std::make_unique<RawUnaryService>(
         WorkerServiceHandlers::Service(),
-        [handlers = handlers_.get()](int method, const std::vector<absl::string_view>& request,
-                                     const ReplyAllocator& reply) {
-          return handlers->Serve(method, request, reply);
-        },
+        InstrumentRawHandler(
+            [handlers = handlers_.get()](int method, const std::vector<absl::string_view>& request,
+                                         const ReplyAllocator& reply) {
+              return handlers->Serve(method, request, reply);
+            },
+            WorkerServiceHandlers::Service(), options.metrics, "pstrain_worker"),
         // Closures may block on ps RPCs: they run on the pool, not on gRPC's callback threads.
         [pool = pool_.get()](int method, std::function<void()> work) {
           if (WorkerServiceHandlers::Blocks(method)) {

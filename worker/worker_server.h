@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "cluster/task_identity.h"
 #include "worker/closure_registry.h"
+#include "common/metrics.h"
 #include "worker/mirrored_ps_client.h"
 
 namespace pstrain {
@@ -34,6 +35,9 @@ struct WorkerServerOptions {
   // gradients are all-reduced across the group first (worker/mirrored_ps_client.h); closures train
   // on replica group->rank()'s share of each batch. Default: no group (asynchronous training).
   MirrorOptions mirror;
+  // Where this worker counts its requests and closures (common/metrics.h; not owned, must
+  // outlive the server). Default null: none.
+  MetricsRegistry* metrics = nullptr;
 };
 
 // A running worker task. Thread-safe. Destroying it shuts the server down.

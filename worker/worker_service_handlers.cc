@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "common/tensor_proto.h"
 
@@ -96,6 +97,24 @@ absl::Status WorkerServiceHandlers::Create(const CreateResourceRequest& request)
   return absl::OkStatus();
 }
 
+WorkerServiceHandlers::ClosureSeries* WorkerServiceHandlers::SeriesOf(const std::string& closure) {
+  if (metrics_ == nullptr) return nullptr;
+  absl::MutexLock lock(&series_mu_);
+  auto [it, inserted] = series_.try_emplace(closure);
+  if (inserted) {
+    const Labels l{{"closure", closure}};
+    it->second = ClosureSeries{
+        metrics_->GetCounter("pstrain_worker_closures_total", "Closures run, by name.", l),
+        metrics_->GetCounter("pstrain_worker_closures_failed_total", "Closures that failed.", l),
+        metrics_->GetCounter("pstrain_worker_examples_total",
+                             "Examples the closures report having processed (data rows read).", l),
+        metrics_->GetHistogram("pstrain_worker_closure_seconds",
+                               "Time to run a closure (a training step's latency).",
+                               LatencyBuckets(), l)};
+  }
+  return &it->second;
+}
+
 absl::Status WorkerServiceHandlers::Run(const RunClosureRequest& request,
                                       RunClosureResponse* response) {
   const TaskIdentity me = identity_.Get();
@@ -147,8 +166,19 @@ absl::Status WorkerServiceHandlers::Run(const RunClosureRequest& request,
   context.num_replicas = num_replicas_;
   context.ps = ps_.get();
   for (auto& r : resources) context.datasets.push_back(r->dataset.get());
+  const absl::Time start = absl::Now();
   absl::StatusOr<std::vector<Tensor>> outputs = (*fn)(context, args);
   for (auto it = order.rbegin(); it != order.rend(); ++it) (*it)->mu.Unlock();
+  if (ClosureSeries* series = SeriesOf(request.closure()); series != nullptr) {
+    series->runs->Increment();
+    series->seconds->ObserveDuration(absl::Now() - start);
+    if (!outputs.ok()) {
+      series->failures->Increment();
+    } else if (outputs->size() >= 2 && (*outputs)[1].Is<int64_t>() &&
+               (*outputs)[1].num_elements() == 1) {
+      series->examples->Increment((*outputs)[1].scalar<int64_t>());
+    }
+  }
 
   if (!outputs.ok()) {
     const absl::Status& s = outputs.status();

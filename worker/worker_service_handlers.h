@@ -15,6 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "cluster/task_identity.h"
+#include "common/metrics.h"
 #include "common/raw_service.h"
 #include "google/protobuf/descriptor.h"
 #include "proto/worker_service.pb.h"
@@ -42,6 +43,11 @@ class WorkerServiceHandlers {
     num_replicas_ = count;
   }
 
+  // Counts closures into `registry` (not owned; it must outlive the handlers). Set before serving.
+  // Series (by closure name): closures run and failed, their seconds (the step latency of a
+  // training closure), and the examples their results report (a training closure's second output).
+  void SetMetrics(MetricsRegistry* registry) { metrics_ = registry; }
+
   // The identity Health reports and incarnations are checked against (set once the port is known).
   void SetIdentity(const TaskIdentity& identity) { identity_.Set(identity); }
 
@@ -63,6 +69,18 @@ class WorkerServiceHandlers {
   absl::Status Create(const CreateResourceRequest& request);
   absl::Status Run(const RunClosureRequest& request, RunClosureResponse* response);
 
+  // The closure's series (made on its first run).
+  struct ClosureSeries {
+    Counter* runs;
+    Counter* failures;
+    Counter* examples;
+    Histogram* seconds;
+  };
+  ClosureSeries* SeriesOf(const std::string& closure);
+
+  MetricsRegistry* metrics_ = nullptr;
+  absl::Mutex series_mu_;
+  std::map<std::string, ClosureSeries> series_ ABSL_GUARDED_BY(series_mu_);
   const std::shared_ptr<const ClosureRegistry> registry_;
   const std::unique_ptr<PsConnection> ps_;
   const int num_workers_;
