@@ -16,6 +16,8 @@ PACKAGES=(
   libcpp-httplib-dev
   # tools used by scripts and tests: openssl makes the TLS tests' certificates (tools/make_certs.sh)
   iproute2 procps openssl
+  # a real Prometheus server for the metrics test (tests/prometheus_test.sh)
+  prometheus
   # kubectl for //tests:k8s_manifests_test (deploy/k8s): Debian's, unless one is installed already
   # (google-cloud-cli's `kubectl` package owns the same /usr/bin/kubectl, and dpkg refuses both)
   $(command -v kubectl > /dev/null || echo kubernetes-client)
