@@ -3,16 +3,14 @@
 #include <algorithm>
 #include <exception>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
+#include "collective/group_membership.h"
 #include "collective/rendezvous_client.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -93,23 +91,18 @@ void SumFloats(void* out, const void* a, const void* b, size_t n) {
 class GlooGroup final : public CollectiveGroup {
  public:
   explicit GlooGroup(const CollectiveGroupOptions& options)
-      : options_(options),
-        client_(options.rendezvous_address, options.group, options.generation) {
-    if (options_.name.empty()) options_.name = absl::StrCat("rank ", options_.rank);
-  }
+      : membership_(options, [this](const std::string& reason) { SignalPairs(reason); }),
+        options_(membership_.options()) {}
 
   ~GlooGroup() override {
-    stop_.Notify();
-    if (heartbeat_.joinable()) heartbeat_.join();
+    membership_.Stop();
     context_.reset();  // closes this rank's connections: peers in a collective see it at once
   }
 
   absl::Status Init() {
-    ASSIGN_OR_RETURN(names_, client_.Join(options_.rank, options_.size, options_.name,
-                                          options_.join_timeout));
-    heartbeat_ = std::thread([this] { HeartbeatLoop(); });
+    RETURN_IF_ERROR(membership_.Join());
     if (options_.size == 1) return absl::OkStatus();
-    RendezvousStore store(&client_, options_.join_timeout);
+    RendezvousStore store(&membership_.rendezvous(), options_.join_timeout);
     try {
       gloo::transport::tcp::attr attr;
       attr.hostname = options_.listen_host;
@@ -133,10 +126,10 @@ class GlooGroup final : public CollectiveGroup {
 
   int rank() const override { return options_.rank; }
   int size() const override { return options_.size; }
-  const std::vector<std::string>& names() const override { return names_; }
+  const std::vector<std::string>& names() const override { return membership_.names(); }
 
   absl::Status AllReduce(float* data, int64_t n, ReduceOp op) override {
-    if (n < 0) return absl::InvalidArgumentError(absl::StrCat("all_reduce of ", n, " elements"));
+    RETURN_IF_ERROR(CheckLength("all_reduce", n));
     RETURN_IF_ERROR(Run("all_reduce", [&] {
       if (options_.size == 1 || n == 0) return;
       gloo::AllreduceOptions opts(context_);
@@ -148,20 +141,12 @@ class GlooGroup final : public CollectiveGroup {
                             : gloo::AllreduceOptions::Algorithm::RING);
       gloo::allreduce(opts);
     }));
-    if (op == ReduceOp::kMean && options_.size > 1) {
-      const float scale = 1.0f / static_cast<float>(options_.size);
-      for (int64_t i = 0; i < n; ++i) data[i] *= scale;
-    }
+    FinishReduce(op, data, n, options_.size);
     return absl::OkStatus();
   }
 
   absl::Status Broadcast(float* data, int64_t n, int root) override {
-    if (root < 0 || root >= options_.size) {
-      return absl::InvalidArgumentError(absl::StrCat("broadcast from root ", root,
-                                                     ": the group's ranks are [0, ",
-                                                     options_.size, ")"));
-    }
-    if (n < 0) return absl::InvalidArgumentError(absl::StrCat("broadcast of ", n, " elements"));
+    RETURN_IF_ERROR(CheckBroadcast(root, n, options_.size));
     return Run("broadcast", [&] {
       if (options_.size == 1 || n == 0) return;
       gloo::BroadcastOptions opts(context_);
@@ -190,21 +175,11 @@ class GlooGroup final : public CollectiveGroup {
     });
   }
 
-  void Abort(absl::string_view reason) override {
-    const std::string why = absl::StrCat(options_.name, " aborted the group: ", reason);
-    // Tell the rendezvous first, so that a peer whose collective fails on the closed connection
-    // learns the reason at once instead of waiting to see who went silent.
-    client_.Abort(options_.rank, why, absl::ZeroDuration(), /*deliberate=*/true)
-        .status()
-        .IgnoreError();  // best effort: without the rendezvous the peers still see the closed pairs
-    LocalAbort(why);
-  }
+  // The peers see the closed pairs at once, and the reason at the rendezvous.
+  void Abort(absl::string_view reason) override { membership_.Abort(reason); }
 
  private:
-  std::string Describe() const {
-    return absl::StrCat(options_.name, " (rank ", options_.rank, " of ", options_.size,
-                        ", group '", options_.group, "' generation ", options_.generation, ")");
-  }
+  std::string Describe() const { return membership_.Describe(); }
 
   template <typename T>
   absl::Status Gather(absl::Span<const T> mine, std::vector<T>* all, std::vector<int64_t>* counts) {
@@ -245,14 +220,7 @@ class GlooGroup final : public CollectiveGroup {
   template <typename Fn>
   absl::Status Run(const char* what, Fn&& fn) {
     absl::MutexLock op_lock(&op_mu_);
-    {
-      absl::MutexLock lock(&mu_);
-      if (!aborted_.empty()) {
-        return absl::AbortedError(absl::StrCat(what, " on ", Describe(),
-                                               ": the group was aborted (", aborted_,
-                                               "); form it again with a higher generation"));
-      }
-    }
+    RETURN_IF_ERROR(membership_.CheckWhole(what));
     try {
       fn();
       return absl::OkStatus();
@@ -261,50 +229,20 @@ class GlooGroup final : public CollectiveGroup {
     }
   }
 
+  // Breaks the group (closing the pairs) and names the cause (GroupMembership::Fail).
   absl::Status Fail(const char* what, const std::string& detail) {
     const bool timed_out = absl::StrContains(detail, "Timed out") ||
                            absl::StrContains(detail, "timeout") ||
                            absl::StrContains(detail, "Timeout");
-    std::string local_reason;
-    {
-      absl::MutexLock lock(&mu_);
-      local_reason = aborted_;
-    }
-    LocalAbort(absl::StrCat(what, " failed on ", options_.name));
-    // Ask the rendezvous which peer went silent (it waits a little for a dead one to be stale),
-    // unless this rank was aborted itself: then the reason is known.
-    std::string cause;
-    std::string first_report;
-    absl::StatusOr<std::vector<std::string>> silent = client_.Abort(
-        options_.rank, absl::StrCat(what, ": ", detail),
-        local_reason.empty() ? options_.diagnose_wait : absl::ZeroDuration(),
-        /*deliberate=*/false, &first_report);
-    if (!silent.ok()) {
-      cause = absl::StrCat("the rendezvous is unreachable too (", silent.status().message(), ")");
-    } else if (!local_reason.empty()) {
-      cause = local_reason;
-    } else if (silent->empty() && !first_report.empty() &&
-               !absl::StartsWith(first_report, options_.name)) {
-      cause = first_report;  // a peer stopped on purpose, or failed first and said why
-    } else if (!silent->empty()) {
-      cause = absl::StrCat(absl::StrJoin(*silent, ", "), " stopped answering");
-    } else {
-      cause = "no peer is silent";
-    }
-    const std::string message =
-        absl::StrCat(what, " on ", Describe(), " failed: ", cause, " (gloo: ", detail, ")");
-    LOG(WARNING) << message;
-    return timed_out ? absl::DeadlineExceededError(message) : absl::UnavailableError(message);
+    return membership_.Fail(what, detail, timed_out, "gloo");
   }
 
-  // Breaks the group on this rank: every pair fails, which wakes a collective in flight and
+  // The membership's break callback: every pair fails, which wakes a collective in flight and
   // closes the connection (so peers waiting on this rank fail too).
-  void LocalAbort(const std::string& reason) {
+  void SignalPairs(const std::string& reason) {
     std::shared_ptr<gloo::Context> context;
     {
       absl::MutexLock lock(&mu_);
-      if (!aborted_.empty()) return;
-      aborted_ = reason;
       context = context_;
     }
     if (context == nullptr) return;
@@ -315,26 +253,13 @@ class GlooGroup final : public CollectiveGroup {
     }
   }
 
-  void HeartbeatLoop() {
-    while (!stop_.WaitForNotificationWithTimeout(options_.heartbeat_period)) {
-      absl::StatusOr<std::string> aborted = client_.Heartbeat(options_.rank);
-      // An unreachable rendezvous is not this loop's to report: the collectives' own failures
-      // and timeouts do.
-      if (aborted.ok() && !aborted->empty()) LocalAbort(*aborted);
-    }
-  }
-
-  CollectiveGroupOptions options_;
-  RendezvousClient client_;
-  std::vector<std::string> names_;
-  std::thread heartbeat_;
-  absl::Notification stop_;
+  // Its break callback (SignalPairs) reads mu_ and context_: the destructor stops it first.
+  GroupMembership membership_;
+  const CollectiveGroupOptions& options_;  // membership_'s, with the name filled in
   absl::Mutex op_mu_;  // one collective at a time
   absl::Mutex mu_;
-  // Below: guarded by mu_.
-  std::string aborted_ ABSL_GUARDED_BY(mu_);
-  // Null for a group of one. Set once by Init (under mu_, as the heartbeat thread reads it); the
-  // collectives, which start after Init, read it without the lock.
+  // Null for a group of one. Set once by Init (under mu_, as the break callback reads it from
+  // other threads); the collectives, which start after Init, read it without the lock.
   std::shared_ptr<gloo::Context> context_;
 };
 
@@ -342,14 +267,7 @@ class GlooGroup final : public CollectiveGroup {
 
 absl::StatusOr<std::unique_ptr<CollectiveGroup>> CreateGlooGroup(
     const CollectiveGroupOptions& options) {
-  if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {
-    return absl::InvalidArgumentError(absl::StrCat("collective group: rank ", options.rank,
-                                                   " of a group of ", options.size,
-                                                   " (ranks are [0, size))"));
-  }
-  if (options.rendezvous_address.empty()) {
-    return absl::InvalidArgumentError("collective group: no rendezvous address");
-  }
+  RETURN_IF_ERROR(ValidateGroupOptions(options));
   auto group = std::make_unique<GlooGroup>(options);
   RETURN_IF_ERROR(group->Init());
   return std::unique_ptr<CollectiveGroup>(std::move(group));
