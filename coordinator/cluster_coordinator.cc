@@ -225,6 +225,21 @@ class ClusterCoordinatorImpl final : public ClusterCoordinator {
     return PerWorkerDataset{request.resource_id()};
   }
 
+  absl::Status RecoverPs() override {
+    if (ps_ == nullptr) return absl::OkStatus();
+    bool recovered = false;
+    absl::Status s;
+    {
+      absl::MutexLock exclusive(&exclusive_mu_);
+      s = CheckAllPs(&recovered);
+    }
+    if (recovered) {
+      absl::MutexLock lock(&mu_);
+      for (auto& c : queue_) c->ps_retries = 0;
+    }
+    return s;
+  }
+
   absl::Status RunExclusive(const std::function<absl::Status()>& fn) override {
     absl::MutexLock exclusive(&exclusive_mu_);
     {

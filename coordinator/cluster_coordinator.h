@@ -123,6 +123,12 @@ class ClusterCoordinator {
   // Returns fn's status.
   virtual absl::Status RunExclusive(const std::function<absl::Status()>& fn) = 0;
 
+  // Checks every ps task now, as after a closure's ps failure: waits (up to
+  // ps_unavailable_timeout) for an unreachable one, and re-creates (and restores, through
+  // on_ps_restarted) one that restarted. Not from inside RunExclusive. Errors: kUnavailable when a
+  // ps stays unreachable; on_ps_restarted's.
+  virtual absl::Status RecoverPs() = 0;
+
   // Creates variables on the ps tasks (partitioner and round-robin placement).
   virtual VariableCreator* variables() = 0;
   virtual PsConnection* ps() = 0;

@@ -246,10 +246,25 @@ absl::StatusOr<TrainResult> Train(const ClusterSpec& spec, Model* model,
     if (final_save) state[kFinalState] = "1";
     if (result.stopped_early) state[kStoppedEarlyState] = "1";
     const absl::Time save_start = absl::Now();
-    RETURN_IF_ERROR(coordinator->RunExclusive([&]() -> absl::Status {
-      ASSIGN_OR_RETURN(result.last_checkpoint, checkpoints->Save(step, state));
-      return absl::OkStatus();
-    }));
+    // A ps that fails during the save (or restarted just before) fails that save: the ps tasks
+    // are checked and recovered (a restarted one reloaded from the latest checkpoint, as between
+    // steps), then the save runs again.
+    for (int attempt = 0;; ++attempt) {
+      absl::Status saved = coordinator->RunExclusive([&]() -> absl::Status {
+        ASSIGN_OR_RETURN(result.last_checkpoint, checkpoints->Save(step, state));
+        return absl::OkStatus();
+      });
+      if (saved.ok()) break;
+      const absl::StatusCode code = saved.code();
+      const bool ps_failure = code == absl::StatusCode::kUnavailable ||
+                              code == absl::StatusCode::kDeadlineExceeded ||
+                              code == absl::StatusCode::kAborted ||
+                              code == absl::StatusCode::kFailedPrecondition;
+      if (!ps_failure || attempt >= 3 || options.ps_restart_ends_run) return saved;
+      LOG(WARNING) << "checkpoint at step " << step << " failed (" << saved
+                   << "); checking the ps tasks, then saving again";
+      RETURN_IF_ERROR(coordinator->RecoverPs());
+    }
     if (metric.checkpoints != nullptr) {
       metric.checkpoints->Increment();
       metric.checkpoint_seconds->ObserveDuration(absl::Now() - save_start);
