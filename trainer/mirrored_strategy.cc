@@ -101,6 +101,7 @@ namespace {
 struct RankOutcome {
   absl::Status status;
   TrainResult result;
+  bool joined = false;  // the group formed (a failure after this is the group's)
 };
 
 // Who a rank is in one attempt.
@@ -138,6 +139,7 @@ RankOutcome RunRank(int attempt, const RankPlan& plan, const std::string& model_
     return out;
   }
   std::shared_ptr<CollectiveGroup> group = std::move(*made);
+  out.joined = true;
   if (mirrored.on_group_formed) mirrored.on_group_formed(attempt, rank, group.get());
 
   // The worker's ps tasks: the shared ones (hybrid) first, then its replica.
@@ -420,8 +422,8 @@ absl::StatusOr<MirroredResult> TrainMirroredTask(const std::string& model_name,
       job.chief.num_ps = static_cast<int>(mirrored.shared_ps.size());
       return job;
     }
-    // A generation that moved on before this rank joined it: join the current one.
-    if (outcome.status.code() == absl::StatusCode::kFailedPrecondition &&
+    // A generation that moved on before this rank could join it: join the current one.
+    if (!outcome.joined && outcome.status.code() == absl::StatusCode::kFailedPrecondition &&
         absl::StrContains(outcome.status.message(), " is over")) {
       --attempt;
       continue;
