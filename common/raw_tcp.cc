@@ -1,0 +1,557 @@
+#include "common/raw_tcp.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <set>
+#include <map>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "common/logging.h"
+
+namespace pstrain {
+namespace {
+
+constexpr char kHello[4] = {'P', 'S', 'H', 'I'};
+constexpr char kAccepted[4] = {'P', 'S', 'O', 'K'};
+constexpr char kRequest[4] = {'P', 'S', 'R', 'Q'};
+constexpr char kReply[4] = {'P', 'S', 'R', 'P'};
+constexpr uint32_t kVersion = 1;
+constexpr uint32_t kMaxToken = 4096;
+constexpr uint32_t kMaxMessage = 1 << 20;
+constexpr size_t kRequestHeader = 4 + 4 + 8 + 8;
+constexpr size_t kReplyHeader = 4 + 4 + 8 + 4 + 8;
+
+template <typename T>
+void Put(char* at, T v) {
+  std::memcpy(at, &v, sizeof(T));  // little-endian hosts (x86-64, arm64)
+}
+template <typename T>
+T Get(const char* at) {
+  T v;
+  std::memcpy(&v, at, sizeof(T));
+  return v;
+}
+
+// Reads exactly n bytes; false at EOF or on an error.
+bool ReadFull(int fd, char* out, size_t n) {
+  while (n > 0) {
+    const ssize_t got = ::recv(fd, out, n, 0);
+    if (got > 0) {
+      out += got;
+      n -= static_cast<size_t>(got);
+    } else if (got < 0 && errno == EINTR) {
+      continue;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Writes every byte of `iov` (advancing through partial writes); false on an error.
+bool WriteAll(int fd, std::vector<iovec> iov) {
+  size_t at = 0;
+  while (at < iov.size()) {
+    const int count = static_cast<int>(std::min<size_t>(iov.size() - at, IOV_MAX));
+    msghdr msg{};
+    msg.msg_iov = iov.data() + at;
+    msg.msg_iovlen = count;
+    const ssize_t sent = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    if (sent < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    size_t left = static_cast<size_t>(sent);
+    while (left > 0 && at < iov.size()) {
+      if (left >= iov[at].iov_len) {
+        left -= iov[at].iov_len;
+        ++at;
+      } else {
+        iov[at].iov_base = static_cast<char*>(iov[at].iov_base) + left;
+        iov[at].iov_len -= left;
+        left = 0;
+      }
+    }
+    while (at < iov.size() && iov[at].iov_len == 0) ++at;
+  }
+  return true;
+}
+
+iovec Iov(const void* p, size_t n) { return iovec{const_cast<void*>(p), n}; }
+
+bool ConstantTimeEqual(absl::string_view a, absl::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+void SetNoDelay(int fd) {
+  int yes = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
+}
+
+// The addresses of host:port (numeric or a name).
+absl::StatusOr<addrinfo*> Resolve(const std::string& host, int port, bool passive) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  if (passive) hints.ai_flags = AI_PASSIVE;
+  addrinfo* result = nullptr;
+  const std::string service = std::to_string(port);
+  const int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints,
+                               &result);
+  if (rc != 0) {
+    return absl::UnavailableError(absl::StrCat("can't resolve ", host, ": ", gai_strerror(rc)));
+  }
+  return result;
+}
+
+class RawTcpServerImpl final : public RawTcpServer {
+ public:
+  RawTcpServerImpl(RawTcpServerOptions options, RawHandler handler)
+      : options_(std::move(options)), handler_(std::move(handler)) {}
+
+  ~RawTcpServerImpl() override {
+    stopping_.store(true);
+    if (listen_fd_ >= 0) ::shutdown(listen_fd_, SHUT_RDWR);
+    if (accept_thread_.joinable()) accept_thread_.join();
+    if (listen_fd_ >= 0) ::close(listen_fd_);
+    // Every connection's thread ends once its socket is shut down; wait for them all. (The
+    // tracker outlives this object in the threads' hands, so its mutex is never destroyed while
+    // one of them still unlocks it.)
+    absl::MutexLock lock(&tracker_->mu);
+    for (int fd : tracker_->open) ::shutdown(fd, SHUT_RDWR);
+    tracker_->mu.Await(absl::Condition(
+        +[](std::set<int>* open) { return open->empty(); }, &tracker_->open));
+  }
+
+  absl::Status Listen() {
+    absl::StatusOr<addrinfo*> addresses = Resolve(options_.host, options_.port, /*passive=*/true);
+    if (!addresses.ok()) return addresses.status();
+    std::string last_error = "no address";
+    for (addrinfo* a = *addresses; a != nullptr; a = a->ai_next) {
+      const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+      if (fd < 0) continue;
+      int yes = 1;
+      ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+      if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, 64) == 0) {
+        listen_fd_ = fd;
+        break;
+      }
+      last_error = std::strerror(errno);
+      ::close(fd);
+    }
+    ::freeaddrinfo(*addresses);
+    if (listen_fd_ < 0) {
+      return absl::UnavailableError(absl::StrCat("data plane: can't listen on ", options_.host, ":",
+                                                 options_.port, ": ", last_error));
+    }
+    sockaddr_storage bound{};
+    socklen_t len = sizeof(bound);
+    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &len);
+    port_ = ntohs(bound.ss_family == AF_INET6
+                      ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                      : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    accept_thread_ = std::thread([this] { AcceptLoop(); });
+    return absl::OkStatus();
+  }
+
+  int port() const override { return port_; }
+
+ private:
+  void AcceptLoop() {
+    while (!stopping_.load()) {
+      const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        if (!stopping_.load()) LOG(WARNING) << "data plane: accept: " << std::strerror(errno);
+        return;
+      }
+      SetNoDelay(fd);
+      absl::MutexLock lock(&tracker_->mu);
+      if (stopping_.load()) {
+        ::close(fd);
+        return;
+      }
+      tracker_->open.insert(fd);
+      std::thread([this, fd, tracker = tracker_] {
+        Serve(fd);
+        absl::MutexLock lock(&tracker->mu);
+        ::close(fd);
+        tracker->open.erase(fd);
+      }).detach();
+    }
+  }
+
+  // Answers the hello; false (the connection to be closed) when refused.
+  bool Handshake(int fd) {
+    char hello[12];
+    if (!ReadFull(fd, hello, sizeof(hello)) || std::memcmp(hello, kHello, 4) != 0) return false;
+    const uint32_t version = Get<uint32_t>(hello + 4);
+    const uint32_t token_bytes = Get<uint32_t>(hello + 8);
+    if (token_bytes > kMaxToken) return false;
+    std::string token(token_bytes, '\0');
+    if (!ReadFull(fd, token.data(), token_bytes)) return false;
+    absl::Status verdict;
+    if (version != kVersion) {
+      verdict = absl::FailedPreconditionError(absl::StrCat(
+          "data plane: protocol version ", version, ", this server speaks ", kVersion));
+    } else if (!options_.token.empty() && !ConstantTimeEqual(token, options_.token)) {
+      verdict = absl::UnauthenticatedError(
+          absl::StrCat("data plane of ", options_.service_name, ": wrong or missing token"));
+    }
+    const std::string message(verdict.message());
+    char header[12];
+    std::memcpy(header, kAccepted, 4);
+    Put<uint32_t>(header + 4, static_cast<uint32_t>(verdict.code()));
+    Put<uint32_t>(header + 8, static_cast<uint32_t>(message.size()));
+    WriteAll(fd, {Iov(header, sizeof(header)), Iov(message.data(), message.size())});
+    return verdict.ok();
+  }
+
+  void Serve(int fd) {
+    if (!Handshake(fd)) return;
+    char header[kRequestHeader];
+    while (ReadFull(fd, header, sizeof(header))) {
+      if (std::memcmp(header, kRequest, 4) != 0) {
+        LOG(WARNING) << "data plane: a frame without its magic; closing the connection";
+        return;
+      }
+      const uint32_t method = Get<uint32_t>(header + 4);
+      const uint64_t id = Get<uint64_t>(header + 8);
+      const uint64_t bytes = Get<uint64_t>(header + 16);
+      if (bytes > static_cast<uint64_t>(options_.max_request_bytes)) {
+        LOG(WARNING) << "data plane: a request of " << bytes << " bytes (over "
+                     << options_.max_request_bytes << "); closing the connection";
+        return;
+      }
+      std::unique_ptr<char[]> request(new char[bytes == 0 ? 1 : bytes]);
+      if (!ReadFull(fd, request.get(), bytes)) return;
+      std::unique_ptr<char[]> reply;
+      size_t reply_bytes = 0;
+      absl::Status status = handler_(
+          static_cast<int>(method), {absl::string_view(request.get(), bytes)},
+          [&](size_t n) -> char* {
+            reply.reset(new char[n == 0 ? 1 : n]);
+            reply_bytes = n;
+            return reply.get();
+          });
+      request.reset();
+      std::string message(status.message().substr(0, kMaxMessage));
+      if (!status.ok()) reply_bytes = 0;
+      char out[kReplyHeader];
+      std::memcpy(out, kReply, 4);
+      Put<uint32_t>(out + 4, static_cast<uint32_t>(status.code()));
+      Put<uint64_t>(out + 8, id);
+      Put<uint32_t>(out + 16, static_cast<uint32_t>(message.size()));
+      Put<uint64_t>(out + 20, reply_bytes);
+      if (!WriteAll(fd, {Iov(out, sizeof(out)), Iov(message.data(), message.size()),
+                         Iov(reply.get(), reply_bytes)})) {
+        return;
+      }
+    }
+  }
+
+  const RawTcpServerOptions options_;
+  const RawHandler handler_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::thread accept_thread_;
+  // The connections being served (their threads detached).
+  struct Tracker {
+    absl::Mutex mu;
+    std::set<int> open ABSL_GUARDED_BY(mu);
+  };
+  const std::shared_ptr<Tracker> tracker_ = std::make_shared<Tracker>();
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RawTcpServer>> RawTcpServer::Start(const RawTcpServerOptions& options,
+                                                                  RawHandler handler) {
+  auto server = std::make_unique<RawTcpServerImpl>(options, std::move(handler));
+  absl::Status s = server->Listen();
+  if (!s.ok()) return s;
+  return std::unique_ptr<RawTcpServer>(std::move(server));
+}
+
+// ---- The client ----
+
+struct RawTcpChannel::State : std::enable_shared_from_this<State> {
+  struct Pending {
+    Done done;
+    absl::Time deadline = absl::InfiniteFuture();
+    bool sent = false;
+  };
+
+  State(std::string h, int p, RawTcpChannelOptions o)
+      : host(std::move(h)), port(p), options(std::move(o)) {
+    if (options.name.empty()) options.name = absl::StrCat(host, ":", port, " (data plane)");
+  }
+
+  const std::string host;
+  const int port;
+  RawTcpChannelOptions options;
+
+  absl::Mutex write_mu;  // one frame at a time on the socket
+  absl::Mutex mu ABSL_ACQUIRED_AFTER(write_mu);
+  int fd ABSL_GUARDED_BY(mu) = -1;
+  uint64_t generation ABSL_GUARDED_BY(mu) = 0;  // of the current connection
+  bool closing ABSL_GUARDED_BY(mu) = false;
+  uint64_t next_id ABSL_GUARDED_BY(mu) = 1;
+  std::map<uint64_t, Pending> pending ABSL_GUARDED_BY(mu);
+  std::vector<std::thread> readers ABSL_GUARDED_BY(mu);
+
+  absl::Status Unavailable(absl::string_view why) const {
+    return absl::UnavailableError(absl::StrCat(options.name, ": ", why));
+  }
+
+  // Connects and shakes hands (blocking, bounded by the timeout). Errors: kUnavailable,
+  // kUnauthenticated, kDeadlineExceeded.
+  absl::StatusOr<int> Connect() {
+    absl::StatusOr<addrinfo*> addresses = Resolve(host, port, /*passive=*/false);
+    if (!addresses.ok()) return Unavailable(addresses.status().message());
+    int fd = -1;
+    std::string last_error = "no address";
+    const absl::Time deadline = absl::Now() + options.timeout;
+    for (addrinfo* a = *addresses; a != nullptr && fd < 0; a = a->ai_next) {
+      const int s = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                             a->ai_protocol);
+      if (s < 0) continue;
+      int rc = ::connect(s, a->ai_addr, a->ai_addrlen);
+      if (rc < 0 && errno == EINPROGRESS) {
+        pollfd p{s, POLLOUT, 0};
+        const int wait = static_cast<int>(
+            std::max<int64_t>(1, absl::ToInt64Milliseconds(deadline - absl::Now())));
+        rc = ::poll(&p, 1, wait) == 1 ? 0 : -1;
+        if (rc == 0) {
+          int err = 0;
+          socklen_t len = sizeof(err);
+          ::getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len);
+          if (err != 0) {
+            errno = err;
+            rc = -1;
+          }
+        } else {
+          errno = ETIMEDOUT;
+        }
+      }
+      if (rc == 0) {
+        fd = s;
+      } else {
+        last_error = std::strerror(errno);
+        ::close(s);
+      }
+    }
+    ::freeaddrinfo(*addresses);
+    if (fd < 0) return Unavailable(absl::StrCat("can't connect: ", last_error));
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    SetNoDelay(fd);
+    char hello[12];
+    std::memcpy(hello, kHello, 4);
+    Put<uint32_t>(hello + 4, kVersion);
+    Put<uint32_t>(hello + 8, static_cast<uint32_t>(options.token.size()));
+    char answer[12];
+    if (!WriteAll(fd, {Iov(hello, sizeof(hello)), Iov(options.token.data(), options.token.size())}) ||
+        !ReadFull(fd, answer, sizeof(answer)) || std::memcmp(answer, kAccepted, 4) != 0) {
+      ::close(fd);
+      return Unavailable("the handshake failed (not a data-plane server?)");
+    }
+    const uint32_t code = Get<uint32_t>(answer + 4);
+    const uint32_t message_bytes = std::min(Get<uint32_t>(answer + 8), kMaxMessage);
+    std::string message(message_bytes, '\0');
+    ReadFull(fd, message.data(), message_bytes);
+    if (code != 0) {
+      ::close(fd);
+      return absl::Status(static_cast<absl::StatusCode>(code),
+                          absl::StrCat(options.name, ": ", message));
+    }
+    return fd;
+  }
+
+  // Fails every call of connection `gen` (or all, gen 0) with `status`, outside the lock.
+  void FailAll(uint64_t gen, const absl::Status& status) {
+    std::vector<Done> failed;
+    {
+      absl::MutexLock lock(&mu);
+      if (gen != 0 && gen != generation) return;
+      if (fd >= 0) {
+        // Shut down, not closed: the reader closes it (under write_mu), so a writer still
+        // holding the number fails instead of writing into a socket that reused it.
+        ::shutdown(fd, SHUT_RDWR);
+        fd = -1;
+      }
+      for (auto& [id, p] : pending) failed.push_back(std::move(p.done));
+      pending.clear();
+    }
+    for (Done& d : failed) d(status, RawTcpReply{});
+  }
+
+  void ReaderLoop(int sock, uint64_t gen) {
+    char header[kReplyHeader];
+    for (;;) {
+      pollfd p{sock, POLLIN, 0};
+      const int ready = ::poll(&p, 1, 100);
+      if (ready == 0) {
+        // Calls past their deadline fail (their late replies are dropped by id).
+        std::vector<Done> expired;
+        const absl::Time now = absl::Now();
+        {
+          absl::MutexLock lock(&mu);
+          if (gen != generation || closing) break;
+          for (auto it = pending.begin(); it != pending.end();) {
+            if (it->second.sent && it->second.deadline <= now) {
+              expired.push_back(std::move(it->second.done));
+              it = pending.erase(it);
+            } else {
+              ++it;
+            }
+          }
+        }
+        for (Done& d : expired) {
+          d(absl::DeadlineExceededError(absl::StrCat(
+                options.name, ": no reply within ", absl::FormatDuration(options.timeout))),
+            RawTcpReply{});
+        }
+        continue;
+      }
+      if (ready < 0 && errno == EINTR) continue;
+      if (!ReadFull(sock, header, sizeof(header)) || std::memcmp(header, kReply, 4) != 0) break;
+      const uint32_t code = Get<uint32_t>(header + 4);
+      const uint64_t id = Get<uint64_t>(header + 8);
+      const uint32_t message_bytes = Get<uint32_t>(header + 16);
+      const uint64_t bytes = Get<uint64_t>(header + 20);
+      if (message_bytes > kMaxMessage || bytes > (uint64_t{1} << 40)) break;
+      std::string message(message_bytes, '\0');
+      if (!ReadFull(sock, message.data(), message_bytes)) break;
+      std::shared_ptr<char[]> body(new char[bytes == 0 ? 1 : bytes]);
+      if (!ReadFull(sock, body.get(), bytes)) break;
+      Done done;
+      {
+        absl::MutexLock lock(&mu);
+        auto it = pending.find(id);
+        if (it == pending.end()) continue;  // it timed out: dropped
+        done = std::move(it->second.done);
+        pending.erase(it);
+      }
+      if (code != 0) {
+        done(absl::Status(static_cast<absl::StatusCode>(code), message), RawTcpReply{});
+      } else {
+        done(absl::OkStatus(),
+             RawTcpReply{absl::string_view(body.get(), bytes), std::shared_ptr<const void>(body)});
+      }
+    }
+    bool closing_now;
+    {
+      absl::MutexLock lock(&mu);
+      closing_now = closing;
+    }
+    FailAll(gen, closing_now ? absl::CancelledError(absl::StrCat(options.name, ": channel closed"))
+                             : Unavailable("the connection broke"));
+    absl::MutexLock lock(&write_mu);
+    ::close(sock);
+  }
+};
+
+RawTcpChannel::RawTcpChannel(std::string host, int port, RawTcpChannelOptions options)
+    : state_(std::make_shared<State>(std::move(host), port, std::move(options))) {}
+
+RawTcpChannel::~RawTcpChannel() {
+  std::vector<std::thread> readers;
+  {
+    absl::MutexLock lock(&state_->mu);
+    state_->closing = true;
+    if (state_->fd >= 0) ::shutdown(state_->fd, SHUT_RDWR);
+    readers.swap(state_->readers);
+  }
+  for (std::thread& t : readers) {
+    if (t.get_id() == std::this_thread::get_id()) {
+      t.detach();  // destroyed from one of its own callbacks: that reader ends by itself
+    } else {
+      t.join();
+    }
+  }
+  state_->FailAll(0, absl::CancelledError(absl::StrCat(state_->options.name, ": channel closed")));
+}
+
+void RawTcpChannel::Call(int method, const std::vector<absl::string_view>& request, Done done) {
+  State& s = *state_;
+  uint64_t id = 0, gen = 0;
+  int fd = -1;
+  absl::Status refused;
+  {
+    absl::MutexLock lock(&s.mu);
+    if (s.closing) {
+      refused = absl::CancelledError(absl::StrCat(s.options.name, ": channel closed"));
+    } else if (s.fd < 0) {
+      absl::StatusOr<int> connected = s.Connect();
+      if (!connected.ok()) {
+        refused = connected.status();
+      } else {
+        s.fd = *connected;
+        ++s.generation;
+        s.readers.emplace_back([state = state_, sock = s.fd, g = s.generation] {
+          state->ReaderLoop(sock, g);
+        });
+      }
+    }
+    if (refused.ok()) {
+      fd = s.fd;
+      gen = s.generation;
+      id = s.next_id++;
+      s.pending[id] = State::Pending{std::move(done), absl::InfiniteFuture(), false};
+    }
+  }
+  if (!refused.ok()) {
+    done(refused, RawTcpReply{});
+    return;
+  }
+  uint64_t bytes = 0;
+  for (absl::string_view piece : request) bytes += piece.size();
+  char header[kRequestHeader];
+  std::memcpy(header, kRequest, 4);
+  Put<uint32_t>(header + 4, static_cast<uint32_t>(method));
+  Put<uint64_t>(header + 8, id);
+  Put<uint64_t>(header + 16, bytes);
+  std::vector<iovec> iov;
+  iov.reserve(request.size() + 1);
+  iov.push_back(Iov(header, sizeof(header)));
+  for (absl::string_view piece : request) {
+    if (!piece.empty()) iov.push_back(Iov(piece.data(), piece.size()));
+  }
+  bool written;
+  {
+    absl::MutexLock lock(&s.write_mu);
+    written = WriteAll(fd, std::move(iov));
+  }
+  if (!written) {
+    s.FailAll(gen, s.Unavailable(absl::StrCat("sending failed: ", std::strerror(errno))));
+    return;
+  }
+  absl::MutexLock lock(&s.mu);
+  auto it = s.pending.find(id);
+  if (it != s.pending.end()) {
+    it->second.sent = true;
+    it->second.deadline = absl::Now() + s.options.timeout;
+  }
+}
+
+}  // namespace pstrain

@@ -1,0 +1,100 @@
+// A data plane beside gRPC: the same unary methods (a RawHandler, common/raw_service.h) over plain,
+// long-lived TCP connections, with frames written by scatter-gather (writev) straight from the
+// caller's buffers and read into one buffer per message: no HTTP/2 framing, no flow-control
+// windows, no per-call setup. gRPC stays the control plane (the server's port is found through a
+// gRPC call, and every method remains served there too).
+//
+//   client -> server   "PSHI" u32 version  u32 token_bytes  token           (once per connection)
+//   server -> client   "PSOK" u32 code     u32 message_bytes message        (code 0: accepted)
+//   client -> server   "PSRQ" u32 method   u64 id  u64 bytes  request bytes
+//   server -> client   "PSRP" u32 code     u64 id  u32 message_bytes  u64 bytes  message  reply
+//
+// (integers little-endian). Replies come in request order per connection; a client keeps several
+// requests in flight on one connection (pipelined) and matches replies by id. The same token as the
+// gRPC calls' authenticates a connection (checked in constant time before any request is read);
+// the frames are not encrypted, so with TLS configured the data plane is not used (the ps doesn't
+// start it, and a client doesn't ask for it): plaintext never carries what TLS should protect.
+// Every request goes through the same handler, hence the same parsing and validation, as over gRPC;
+// a frame that is malformed (bad magic, over the size limit) closes the connection.
+#ifndef PSTRAIN_COMMON_RAW_TCP_H_
+#define PSTRAIN_COMMON_RAW_TCP_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "common/raw_service.h"
+
+namespace pstrain {
+
+struct RawTcpServerOptions {
+  // Where to listen: the host, and the port (0: picked; see RawTcpServer::port()). Default
+  // "0.0.0.0", 0.
+  std::string host = "0.0.0.0";
+  int port = 0;
+  // The token a connection must present (empty: none). Default: none.
+  std::string token;
+  // The largest request accepted; a bigger one closes the connection. Default 1 GiB.
+  int64_t max_request_bytes = int64_t{1} << 30;
+  // What the handler's methods are called in messages ("PsService"). Default "service".
+  std::string service_name = "service";
+};
+
+// Serves `handler` on every connection, a thread per connection (clients keep few, long-lived
+// ones). Thread-safe; destroying it closes every connection and waits for their threads.
+class RawTcpServer {
+ public:
+  // Errors: kUnavailable naming host:port when it can't listen.
+  static absl::StatusOr<std::unique_ptr<RawTcpServer>> Start(const RawTcpServerOptions& options,
+                                                             RawHandler handler);
+  virtual ~RawTcpServer() = default;
+  virtual int port() const = 0;
+};
+
+struct RawTcpChannelOptions {
+  // The token to present (empty: none).
+  std::string token;
+  // How long a call may take (connecting included) before it fails with kDeadlineExceeded (and
+  // the connection, whose state is then unknown, is closed). Default 60 s.
+  absl::Duration timeout = absl::Seconds(60);
+  // Names the peer in messages ("ps:1 at host:2222 (data plane)").
+  std::string name;
+};
+
+// A reply's bytes, kept alive by `owner` (the buffer they were received into).
+struct RawTcpReply {
+  absl::string_view bytes;
+  std::shared_ptr<const void> owner;
+};
+
+// A client: one TCP connection to a RawTcpServer, opened on the first call and again after it
+// broke; calls pipelined on it. Thread-safe.
+class RawTcpChannel {
+ public:
+  using Done = std::function<void(absl::Status, RawTcpReply)>;
+
+  RawTcpChannel(std::string host, int port, RawTcpChannelOptions options);
+  ~RawTcpChannel();  // fails the calls in flight (kCancelled) and closes the connection
+  RawTcpChannel(const RawTcpChannel&) = delete;
+  RawTcpChannel& operator=(const RawTcpChannel&) = delete;
+
+  // Sends `request` (its pieces, written as they are: they must stay alive until `done` runs) to
+  // method number `method`; `done` runs once, on the channel's reader thread (or on this thread if
+  // sending fails). Errors given to done: the handler's (its code and message), kUnavailable
+  // naming the peer when it can't be reached or the connection broke, kDeadlineExceeded after the
+  // timeout, kUnauthenticated when the token was refused.
+  void Call(int method, const std::vector<absl::string_view>& request, Done done);
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace pstrain
+
+#endif  // PSTRAIN_COMMON_RAW_TCP_H_
