@@ -62,6 +62,9 @@
 ABSL_FLAG(double, seconds, 2.0,
           "Timed seconds per measurement; each is preceded by a warm-up of a quarter of it (at "
           "most 0.5 s).");
+ABSL_FLAG(std::string, transport, "data_plane",
+          "How Lookup, Update and Read travel: data_plane (the ps's TCP data plane, the default) "
+          "or grpc (unary gRPC calls, as before it).");
 ABSL_FLAG(int64_t, rows, 4194304, "Rows of the sparse table (16 float32 = 64 bytes each).");
 ABSL_FLAG(int64_t, ids_per_request, 16384, "Uniform random ids per sparse request.");
 ABSL_FLAG(std::vector<std::string>, in_flight, std::vector<std::string>({"1", "4", "8"}),
@@ -553,7 +556,9 @@ int Main() {
   server_options.listen_address = "localhost:0";
   absl::StatusOr<std::unique_ptr<PsServer>> server = PsServer::Start(server_options);
   if (!server.ok()) Die(server.status(), "starting the ps");
-  std::unique_ptr<PsClient> client = NewGrpcPsClient(0, (*server)->address());
+  GrpcPsClientOptions client_options;
+  client_options.data_plane = absl::GetFlag(FLAGS_transport) == "data_plane";
+  std::unique_ptr<PsClient> client = NewGrpcPsClient(0, (*server)->address(), client_options);
 
   std::vector<std::pair<std::string, std::vector<int64_t>>> dense = {
       {"dense", {dense_floats}}};

@@ -36,6 +36,7 @@ void TaskIdentity::ToHealthResponse(HealthResponse* response) const {
   response->set_address(address);
   response->set_start_time_unix_micros(start_time_unix_micros);
   response->set_pid(static_cast<int32_t>(::getpid()));
+  response->set_data_port(data_port);
 }
 
 std::string TaskIdentity::DebugString() const {

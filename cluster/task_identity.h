@@ -17,6 +17,7 @@ struct TaskIdentity {
   std::string address;       // "host:port" the server listens on
   uint64_t incarnation = 0;  // random, non-zero, new on every start
   int64_t start_time_unix_micros = 0;
+  int data_port = 0;         // a ps's data plane port (0: none)
 
   // A new identity for a task starting now: a fresh incarnation id and the current time.
   static TaskIdentity New(std::string type, int index, std::string address);

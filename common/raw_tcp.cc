@@ -102,9 +102,13 @@ bool ConstantTimeEqual(absl::string_view a, absl::string_view b) {
   return diff == 0;
 }
 
-void SetNoDelay(int fd) {
+// No Nagle delay (every frame is sent whole), and socket buffers that hold a megabyte message.
+void TuneSocket(int fd) {
   int yes = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
+  int bytes = 4 << 20;
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
 }
 
 // The addresses of host:port (numeric or a name).
@@ -184,7 +188,7 @@ class RawTcpServerImpl final : public RawTcpServer {
         if (!stopping_.load()) LOG(WARNING) << "data plane: accept: " << std::strerror(errno);
         return;
       }
-      SetNoDelay(fd);
+      TuneSocket(fd);
       absl::MutexLock lock(&tracker_->mu);
       if (stopping_.load()) {
         ::close(fd);
@@ -300,6 +304,7 @@ struct RawTcpChannel::State : std::enable_shared_from_this<State> {
     Done done;
     absl::Time deadline = absl::InfiniteFuture();
     bool sent = false;
+    uint64_t gen = 0;  // the connection it was sent on
   };
 
   State(std::string h, int p, RawTcpChannelOptions o)
@@ -364,7 +369,7 @@ struct RawTcpChannel::State : std::enable_shared_from_this<State> {
     ::freeaddrinfo(*addresses);
     if (fd < 0) return Unavailable(absl::StrCat("can't connect: ", last_error));
     ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-    SetNoDelay(fd);
+    TuneSocket(fd);
     char hello[12];
     std::memcpy(hello, kHello, 4);
     Put<uint32_t>(hello + 4, kVersion);
@@ -387,20 +392,26 @@ struct RawTcpChannel::State : std::enable_shared_from_this<State> {
     return fd;
   }
 
-  // Fails every call of connection `gen` (or all, gen 0) with `status`, outside the lock.
+  // Fails every call of connection `gen` (or all, gen 0) with `status`, outside the lock; if
+  // that connection is the current one, it is dropped (the next call connects again).
   void FailAll(uint64_t gen, const absl::Status& status) {
     std::vector<Done> failed;
     {
       absl::MutexLock lock(&mu);
-      if (gen != 0 && gen != generation) return;
-      if (fd >= 0) {
+      if ((gen == 0 || gen == generation) && fd >= 0) {
         // Shut down, not closed: the reader closes it (under write_mu), so a writer still
         // holding the number fails instead of writing into a socket that reused it.
         ::shutdown(fd, SHUT_RDWR);
         fd = -1;
       }
-      for (auto& [id, p] : pending) failed.push_back(std::move(p.done));
-      pending.clear();
+      for (auto it = pending.begin(); it != pending.end();) {
+        if (gen == 0 || it->second.gen == gen) {
+          failed.push_back(std::move(it->second.done));
+          it = pending.erase(it);
+        } else {
+          ++it;
+        }
+      }
     }
     for (Done& d : failed) d(status, RawTcpReply{});
   }
@@ -471,34 +482,48 @@ struct RawTcpChannel::State : std::enable_shared_from_this<State> {
   }
 };
 
-RawTcpChannel::RawTcpChannel(std::string host, int port, RawTcpChannelOptions options)
-    : state_(std::make_shared<State>(std::move(host), port, std::move(options))) {}
+RawTcpChannel::RawTcpChannel(std::string host, int port, RawTcpChannelOptions options) {
+  for (int i = 0; i < std::max(1, options.connections); ++i) {
+    states_.push_back(std::make_shared<State>(host, port, options));
+  }
+}
 
 RawTcpChannel::~RawTcpChannel() {
-  std::vector<std::thread> readers;
-  {
-    absl::MutexLock lock(&state_->mu);
-    state_->closing = true;
-    if (state_->fd >= 0) ::shutdown(state_->fd, SHUT_RDWR);
-    readers.swap(state_->readers);
-  }
-  for (std::thread& t : readers) {
-    if (t.get_id() == std::this_thread::get_id()) {
-      t.detach();  // destroyed from one of its own callbacks: that reader ends by itself
-    } else {
-      t.join();
+  for (const std::shared_ptr<State>& state : states_) {
+    std::vector<std::thread> readers;
+    {
+      absl::MutexLock lock(&state->mu);
+      state->closing = true;
+      if (state->fd >= 0) ::shutdown(state->fd, SHUT_RDWR);
+      readers.swap(state->readers);
     }
+    for (std::thread& t : readers) {
+      if (t.get_id() == std::this_thread::get_id()) {
+        t.detach();  // destroyed from one of its own callbacks: that reader ends by itself
+      } else {
+        t.join();
+      }
+    }
+    state->FailAll(0, absl::CancelledError(absl::StrCat(state->options.name, ": channel closed")));
   }
-  state_->FailAll(0, absl::CancelledError(absl::StrCat(state_->options.name, ": channel closed")));
 }
 
 void RawTcpChannel::Call(int method, const std::vector<absl::string_view>& request, Done done) {
+  const std::shared_ptr<State>& state_ = states_[next_.fetch_add(1) % states_.size()];
   State& s = *state_;
   uint64_t id = 0, gen = 0;
   int fd = -1;
   absl::Status refused;
   {
     absl::MutexLock lock(&s.mu);
+    if (!s.closing && s.fd >= 0) {
+      // A peer that closed (it restarted) is noticed here, not by this call failing.
+      pollfd p{s.fd, POLLRDHUP, 0};
+      if (::poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) {
+        ::shutdown(s.fd, SHUT_RDWR);  // its reader fails its calls and closes it
+        s.fd = -1;
+      }
+    }
     if (s.closing) {
       refused = absl::CancelledError(absl::StrCat(s.options.name, ": channel closed"));
     } else if (s.fd < 0) {
@@ -517,7 +542,7 @@ void RawTcpChannel::Call(int method, const std::vector<absl::string_view>& reque
       fd = s.fd;
       gen = s.generation;
       id = s.next_id++;
-      s.pending[id] = State::Pending{std::move(done), absl::InfiniteFuture(), false};
+      s.pending[id] = State::Pending{std::move(done), absl::InfiniteFuture(), false, gen};
     }
   }
   if (!refused.ok()) {

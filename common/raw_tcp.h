@@ -19,6 +19,7 @@
 #ifndef PSTRAIN_COMMON_RAW_TCP_H_
 #define PSTRAIN_COMMON_RAW_TCP_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -64,6 +65,10 @@ struct RawTcpChannelOptions {
   absl::Duration timeout = absl::Seconds(60);
   // Names the peer in messages ("ps:1 at host:2222 (data plane)").
   std::string name;
+  // Connections to the server, calls spread over them in turn: the server serves each connection
+  // on a thread of its own, so calls in flight on different connections run side by side.
+  // Default 2.
+  int connections = 2;
 };
 
 // A reply's bytes, kept alive by `owner` (the buffer they were received into).
@@ -72,8 +77,8 @@ struct RawTcpReply {
   std::shared_ptr<const void> owner;
 };
 
-// A client: one TCP connection to a RawTcpServer, opened on the first call and again after it
-// broke; calls pipelined on it. Thread-safe.
+// A client: `connections` TCP connections to a RawTcpServer, each opened on its first call and
+// again after it broke; calls pipelined on them in turn. Thread-safe.
 class RawTcpChannel {
  public:
   using Done = std::function<void(absl::Status, RawTcpReply)>;
@@ -91,8 +96,9 @@ class RawTcpChannel {
   void Call(int method, const std::vector<absl::string_view>& request, Done done);
 
  private:
-  struct State;
-  std::shared_ptr<State> state_;
+  struct State;  // one connection
+  std::vector<std::shared_ptr<State>> states_;
+  std::atomic<uint64_t> next_{0};
 };
 
 }  // namespace pstrain

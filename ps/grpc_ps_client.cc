@@ -6,6 +6,10 @@
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
 #include "common/grpc_util.h"
+#include "common/raw_tcp.h"
+#include "common/transport_security.h"
+#include "absl/synchronization/mutex.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "common/zero_copy_message.h"
 #include "google/protobuf/wire_format_lite.h"
 #include "grpcpp/client_context.h"
@@ -21,6 +25,7 @@ class GrpcPsClient final : public PsClient {
  public:
   GrpcPsClient(int task_index, const std::string& address, const GrpcPsClientOptions& options)
       : name_(absl::StrCat("ps:", task_index, " at ", address)),
+        address_(address),
         options_(options),
         channel_(CreateChannel(address)),
         stub_(PsService::NewStub(channel_)),
@@ -42,6 +47,19 @@ class GrpcPsClient final : public PsClient {
     }, std::move(done));
   }
   void LookupAsync(const LookupRequest* request, LookupResponse* response, Done done) override {
+    if (std::shared_ptr<RawTcpChannel> data = DataPlane()) {
+      auto bytes = std::make_shared<std::string>(request->SerializeAsString());
+      data->Call(kLookupMethod, {*bytes},
+                 [this, data, bytes, response, done = std::move(done)](absl::Status s,
+                                                                       RawTcpReply reply) {
+                   if (s.ok() && !response->ParseFromArray(reply.bytes.data(),
+                                                           static_cast<int>(reply.bytes.size()))) {
+                     s = absl::InternalError("lookup reply: malformed");
+                   }
+                   done(DataPlaneStatus(data, std::move(s)));
+                 });
+      return;
+    }
     Call([=](grpc::ClientContext* c, std::function<void(grpc::Status)> cb) {
       stub_->async()->Lookup(c, request, response, std::move(cb));
     }, std::move(done));
@@ -49,6 +67,17 @@ class GrpcPsClient final : public PsClient {
   // The reply stays in the slices gRPC received (no parse into strings): see LookupWireReply.
   void LookupWireAsync(const LookupRequest* request, LookupWireReply* reply,
                        Done done) override {
+    if (std::shared_ptr<RawTcpChannel> data = DataPlane()) {
+      auto bytes = std::make_shared<std::string>(request->SerializeAsString());
+      data->Call(kLookupMethod, {*bytes},
+                 [this, data, bytes, reply, done = std::move(done)](absl::Status s,
+                                                                    RawTcpReply raw) {
+                   // The reply stays in the buffer it was received into.
+                   if (s.ok()) reply->Set({raw.bytes}, std::move(raw.owner));
+                   done(DataPlaneStatus(data, std::move(s)));
+                 });
+      return;
+    }
     auto bytes = std::make_shared<grpc::ByteBuffer>();
     Call([=](grpc::ClientContext* c, std::function<void(grpc::Status)> cb) {
       raw_lookup_.UnaryCall(c, "/pstrain.PsService/Lookup", grpc::StubOptions(), request,
@@ -67,6 +96,19 @@ class GrpcPsClient final : public PsClient {
     });
   }
   void ReadAsync(const ReadRequest* request, ReadResponse* response, Done done) override {
+    if (std::shared_ptr<RawTcpChannel> data = DataPlane()) {
+      auto bytes = std::make_shared<std::string>(request->SerializeAsString());
+      data->Call(kReadMethod, {*bytes},
+                 [this, data, bytes, response, done = std::move(done)](absl::Status s,
+                                                                       RawTcpReply reply) {
+                   if (s.ok() && !response->ParseFromArray(reply.bytes.data(),
+                                                           static_cast<int>(reply.bytes.size()))) {
+                     s = absl::InternalError("read reply: malformed");
+                   }
+                   done(DataPlaneStatus(data, std::move(s)));
+                 });
+      return;
+    }
     Call([=](grpc::ClientContext* c, std::function<void(grpc::Status)> cb) {
       stub_->async()->Read(c, request, response, std::move(cb));
     }, std::move(done));
@@ -155,6 +197,16 @@ class GrpcPsClient final : public PsClient {
 
   void SendUpdate(const UpdateRequest* request, const std::vector<absl::string_view>* values,
                   UpdateResponse* response, Done done) {
+    if (std::shared_ptr<RawTcpChannel> data = DataPlane()) {
+      // UpdateRequest's wire format as pieces: each op's own fields serialized, its values (from
+      // the caller's buffers, not copied) spliced in as field 5, then the step.
+      auto frame = std::make_shared<UpdateFrame>(*request, values);
+      data->Call(kUpdateMethod, frame->pieces,
+                 [this, data, frame, done = std::move(done)](absl::Status s, RawTcpReply) {
+                   done(DataPlaneStatus(data, std::move(s)));
+                 });
+      return;
+    }
     struct Pending {
       std::atomic<int> count{2};
       absl::Status status;
@@ -206,8 +258,119 @@ class GrpcPsClient final : public PsClient {
     });
   }
 
+  // UpdateRequest's wire format in pieces over the request and the caller's values.
+  struct UpdateFrame {
+    std::string header;  // every op's own fields and the tags, back to back
+    std::vector<absl::string_view> pieces;
+
+    UpdateFrame(const UpdateRequest& request, const std::vector<absl::string_view>* values) {
+      using google::protobuf::internal::WireFormatLite;
+      using google::protobuf::io::CodedOutputStream;
+      using google::protobuf::io::StringOutputStream;
+      auto extra = [&](int i) -> absl::string_view {
+        if (values != nullptr && i < static_cast<int>(values->size()) && !(*values)[i].empty()) {
+          return (*values)[i];
+        }
+        return request.ops(i).values();
+      };
+      // Offsets into `header` of each op's part (taken as views once it stops growing).
+      std::vector<std::pair<size_t, size_t>> parts;
+      {
+        StringOutputStream stream(&header);
+        CodedOutputStream out(&stream);
+        for (int i = 0; i < request.ops_size(); ++i) {
+          UpdateOp op = request.ops(i);  // its fields without the values
+          op.clear_values();
+          const absl::string_view v = extra(i);
+          const size_t op_bytes = op.ByteSizeLong() +
+                                  (v.empty() ? 0
+                                             : 1 + CodedOutputStream::VarintSize64(v.size()) +
+                                                   v.size());
+          const size_t begin = static_cast<size_t>(out.ByteCount());
+          out.WriteTag(WireFormatLite::MakeTag(1, WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
+          out.WriteVarint64(op_bytes);
+          op.SerializeWithCachedSizes(&out);
+          if (!v.empty()) {
+            out.WriteTag(WireFormatLite::MakeTag(5, WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
+            out.WriteVarint64(v.size());
+          }
+          parts.emplace_back(begin, static_cast<size_t>(out.ByteCount()));
+        }
+        const uint64_t step = static_cast<uint64_t>(request.step());
+        if (step != 0) {
+          const size_t begin = static_cast<size_t>(out.ByteCount());
+          out.WriteTag(WireFormatLite::MakeTag(2, WireFormatLite::WIRETYPE_VARINT));
+          out.WriteVarint64(step);
+          parts.emplace_back(begin, static_cast<size_t>(out.ByteCount()));
+        }
+      }
+      header.resize(parts.empty() ? 0 : parts.back().second);
+      for (size_t i = 0; i < parts.size(); ++i) {
+        pieces.push_back(absl::string_view(header).substr(parts[i].first,
+                                                          parts[i].second - parts[i].first));
+        if (static_cast<int>(i) < request.ops_size() && !extra(static_cast<int>(i)).empty()) {
+          pieces.push_back(extra(static_cast<int>(i)));
+        }
+      }
+    }
+  };
+
+  // Method numbers of PsService (its descriptor's order, as the server's handlers use them).
+  static int MethodNumber(const char* name) {
+    return LookupRequest::descriptor()->file()->FindServiceByName("PsService")
+        ->FindMethodByName(name)->index();
+  }
+  inline static const int kLookupMethod = MethodNumber("Lookup");
+  inline static const int kReadMethod = MethodNumber("Read");
+  inline static const int kUpdateMethod = MethodNumber("Update");
+
+  // The data plane's channel, or null (use gRPC): found through Health on first use, and again
+  // after it broke (at most once a second while the ps has none or can't be asked).
+  std::shared_ptr<RawTcpChannel> DataPlane() {
+    if (!options_.data_plane) return nullptr;
+    absl::MutexLock lock(&data_mu_);
+    if (data_ != nullptr) return data_;
+    const std::shared_ptr<const TransportSecurity> security = CurrentTransportSecurity();
+    if (security->tls() || absl::Now() - data_probed_ < absl::Seconds(1)) return nullptr;
+    data_probed_ = absl::Now();
+    HealthResponse health;
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    if (!stub_->Health(&context, HealthRequest(), &health).ok() || health.data_port() <= 0) {
+      return nullptr;
+    }
+    std::string host = address_.substr(0, address_.rfind(':'));
+    if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+    RawTcpChannelOptions o;
+    o.token = security->auth_token;
+    o.timeout = options_.timeout;
+    o.name = absl::StrCat(name_, " (data plane port ", health.data_port(), ")");
+    data_ = std::make_shared<RawTcpChannel>(host, health.data_port(), o);
+    return data_;
+  }
+
+  // A data-plane call's status as the gRPC path reports it (the ps named); a broken connection
+  // also drops the channel, so the next call asks the (maybe restarted) ps again.
+  absl::Status DataPlaneStatus(const std::shared_ptr<RawTcpChannel>& channel, absl::Status s) {
+    if (s.ok()) return s;
+    if (s.code() == absl::StatusCode::kUnavailable ||
+        s.code() == absl::StatusCode::kDeadlineExceeded) {
+      absl::MutexLock lock(&data_mu_);
+      if (data_ == channel) {
+        data_.reset();
+        data_probed_ = absl::InfinitePast();
+      }
+      return s;  // its message names the ps already
+    }
+    return absl::Status(s.code(), absl::StrCat(name_, ": ", s.message()));
+  }
+
   const std::string name_;
+  const std::string address_;
   const GrpcPsClientOptions options_;
+  absl::Mutex data_mu_;
+  std::shared_ptr<RawTcpChannel> data_ ABSL_GUARDED_BY(data_mu_);
+  absl::Time data_probed_ ABSL_GUARDED_BY(data_mu_) = absl::InfinitePast();
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<PsService::Stub> stub_;
   // Lookup with the reply as raw bytes (LookupWireAsync).

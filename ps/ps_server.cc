@@ -4,6 +4,8 @@
 #include "common/grpc_util.h"
 #include "common/logging.h"
 #include "common/raw_service.h"
+#include "common/raw_tcp.h"
+#include "common/transport_security.h"
 #include "common/service_metrics.h"
 #include "common/status_macros.h"
 #include "ps/checkpoint_root.h"
@@ -28,18 +30,30 @@ class PsServerImpl final : public PsServer {
     limits.max_concurrent_large_requests = options.max_concurrent_large_requests;
     handlers_ = std::make_unique<PsServiceHandlers>(limits, std::move(root));
     handlers_->ExportMetrics(options.metrics);
-    service_ = std::make_unique<RawUnaryService>(
-        PsServiceHandlers::Service(),
-        InstrumentRawHandler(
-            [handlers = handlers_.get()](int method, const std::vector<absl::string_view>& request,
-                                         const ReplyAllocator& reply) {
-              return handlers->Serve(method, request, reply);
-            },
-            PsServiceHandlers::Service(), options.metrics, "pstrain_ps"));
+    RawHandler handler = InstrumentRawHandler(
+        [handlers = handlers_.get()](int method, const std::vector<absl::string_view>& request,
+                                     const ReplyAllocator& reply) {
+          return handlers->Serve(method, request, reply);
+        },
+        PsServiceHandlers::Service(), options.metrics, "pstrain_ps");
+    service_ = std::make_unique<RawUnaryService>(PsServiceHandlers::Service(), handler);
     ASSIGN_OR_RETURN(StartedServer started,
                      StartGrpcServer(options.listen_address, {service_.get()}));
     server_ = std::move(started.server);
     identity_ = TaskIdentity::New("ps", options.task_index, started.address);
+    const std::shared_ptr<const TransportSecurity> security = CurrentTransportSecurity();
+    if (options.data_port >= 0 && !security->tls()) {
+      RawTcpServerOptions data;
+      data.host = started.address.substr(0, started.address.rfind(':'));
+      if (data.host.size() >= 2 && data.host.front() == '[') {
+        data.host = data.host.substr(1, data.host.size() - 2);
+      }
+      data.port = options.data_port;
+      data.token = security->auth_token;
+      data.service_name = "PsService";
+      ASSIGN_OR_RETURN(data_plane_, RawTcpServer::Start(data, handler));
+      identity_.data_port = data_plane_->port();
+    }
     handlers_->SetIdentity(identity_);
     LOG(INFO) << "ps server " << identity_.DebugString() << " started";
     return absl::OkStatus();
@@ -53,6 +67,7 @@ class PsServerImpl final : public PsServer {
     server_->Shutdown();
     server_->Wait();
     server_.reset();
+    data_plane_.reset();
     LOG(INFO) << "ps server " << identity_.DebugString() << " stopped";
   }
 
@@ -60,6 +75,7 @@ class PsServerImpl final : public PsServer {
   TaskIdentity identity_;
   std::unique_ptr<PsServiceHandlers> handlers_;
   std::unique_ptr<RawUnaryService> service_;
+  std::unique_ptr<RawTcpServer> data_plane_;
   absl::Mutex mu_;
   // Below: guarded by mu_.
   std::unique_ptr<grpc::Server> server_ ABSL_GUARDED_BY(mu_);

@@ -33,6 +33,10 @@ struct PsServerOptions {
   // Where this ps counts its requests and work (common/metrics.h; not owned, must outlive the
   // server). Default null: none.
   MetricsRegistry* metrics = nullptr;
+  // The data plane (common/raw_tcp.h): Lookup, Update and Read also over plain TCP on this port of
+  // the listen address's host (0: picked; -1: none), advertised in Health. Never with TLS (the
+  // frames are not encrypted): then it is off whatever this says. Default 0.
+  int data_port = 0;
 };
 
 // A running ps task. Thread-safe. Destroying it shuts the server down (Shutdown() is idempotent).
