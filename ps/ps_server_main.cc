@@ -23,6 +23,10 @@ ABSL_FLAG(std::string, checkpoint_root, ".",
           "PERMISSION_DENIED. The job's --checkpoint_dir must lie under it. Default: the directory "
           "the ps was started in.");
 
+ABSL_FLAG(int, data_port, 0,
+          "The data plane's port: Lookup, Update and Read also over plain TCP beside gRPC (faster: "
+          "no HTTP/2 framing, no per-call setup), on this host; 0 picks a free one (clients learn "
+          "it from the ps's Health); -1: none. Never used with TLS (the frames are not encrypted).");
 ABSL_FLAG(int64_t, max_ids_per_request, 16 << 20,
           "The most ids one lookup or update may carry; more is refused with RESOURCE_EXHAUSTED "
           "(a step's batch to one ps is thousands to a few million ids). 0: no limit.");
@@ -61,6 +65,7 @@ int main(int argc, char** argv) {
         }
         options.task_index = task_index;
         options.listen_address = listen;
+        options.data_port = absl::GetFlag(FLAGS_data_port);
         options.metrics = metrics;
         absl::StatusOr<std::unique_ptr<pstrain::PsServer>> server =
             pstrain::PsServer::Start(options);
