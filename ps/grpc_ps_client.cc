@@ -260,57 +260,103 @@ class GrpcPsClient final : public PsClient {
 
   // UpdateRequest's wire format in pieces over the request and the caller's values.
   struct UpdateFrame {
-    std::string header;  // every op's own fields and the tags, back to back
+    std::string header;  // the small encoded parts (tags, lengths, shard names), back to back
     std::vector<absl::string_view> pieces;
 
     UpdateFrame(const UpdateRequest& request, const std::vector<absl::string_view>* values) {
-      using google::protobuf::internal::WireFormatLite;
-      using google::protobuf::io::CodedOutputStream;
-      using google::protobuf::io::StringOutputStream;
-      auto extra = [&](int i) -> absl::string_view {
-        if (values != nullptr && i < static_cast<int>(values->size()) && !(*values)[i].empty()) {
-          return (*values)[i];
-        }
-        return request.ops(i).values();
+      // Each piece: a range of `header`, or a view of the caller's ids or values (not copied).
+      struct Piece {
+        size_t begin = 0, end = 0;
+        absl::string_view external;
       };
-      // Offsets into `header` of each op's part (taken as views once it stops growing).
-      std::vector<std::pair<size_t, size_t>> parts;
-      {
-        StringOutputStream stream(&header);
-        CodedOutputStream out(&stream);
-        for (int i = 0; i < request.ops_size(); ++i) {
-          UpdateOp op = request.ops(i);  // its fields without the values
-          op.clear_values();
-          const absl::string_view v = extra(i);
-          const size_t op_bytes = op.ByteSizeLong() +
-                                  (v.empty() ? 0
-                                             : 1 + CodedOutputStream::VarintSize64(v.size()) +
-                                                   v.size());
-          const size_t begin = static_cast<size_t>(out.ByteCount());
-          out.WriteTag(WireFormatLite::MakeTag(1, WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
-          out.WriteVarint64(op_bytes);
-          op.SerializeWithCachedSizes(&out);
-          if (!v.empty()) {
-            out.WriteTag(WireFormatLite::MakeTag(5, WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
-            out.WriteVarint64(v.size());
-          }
-          parts.emplace_back(begin, static_cast<size_t>(out.ByteCount()));
+      std::vector<Piece> parts;
+      auto varint = [this](uint64_t v) {
+        while (v >= 0x80) {
+          header.push_back(static_cast<char>(v | 0x80));
+          v >>= 7;
         }
-        const uint64_t step = static_cast<uint64_t>(request.step());
-        if (step != 0) {
-          const size_t begin = static_cast<size_t>(out.ByteCount());
-          out.WriteTag(WireFormatLite::MakeTag(2, WireFormatLite::WIRETYPE_VARINT));
-          out.WriteVarint64(step);
-          parts.emplace_back(begin, static_cast<size_t>(out.ByteCount()));
+        header.push_back(static_cast<char>(v));
+      };
+      auto varint_size = [](uint64_t v) {
+        size_t n = 1;
+        while (v >= 0x80) {
+          v >>= 7;
+          ++n;
         }
+        return n;
+      };
+      auto tag = [&](int field, int wire) { varint(static_cast<uint64_t>(field << 3 | wire)); };
+      auto open = [&] { parts.push_back(Piece{header.size(), header.size(), {}}); };
+      auto close = [&] { parts.back().end = header.size(); };
+      auto external = [&](absl::string_view v) { parts.push_back(Piece{0, 0, v}); };
+      for (int i = 0; i < request.ops_size(); ++i) {
+        const UpdateOp& op = request.ops(i);
+        absl::string_view v = op.values();
+        if (values != nullptr && i < static_cast<int>(values->size()) && !(*values)[i].empty()) {
+          v = (*values)[i];
+        }
+        const bool has_ids = op.rows_case() == UpdateOp::kIds;
+        const std::string range = op.rows_case() == UpdateOp::kRange
+                                      ? op.range().SerializeAsString() : std::string();
+        // The op's size, field by field: shard (1), kind (2), ids (3) or range (4), dtype (6),
+        // values (5) last.
+        size_t bytes = 0;
+        if (!op.shard().empty()) bytes += 1 + varint_size(op.shard().size()) + op.shard().size();
+        if (op.kind() != 0) bytes += 1 + varint_size(static_cast<uint64_t>(op.kind()));
+        if (has_ids) bytes += 1 + varint_size(op.ids().size()) + op.ids().size();
+        if (op.rows_case() == UpdateOp::kRange) bytes += 1 + varint_size(range.size()) + range.size();
+        if (op.dtype() != 0) bytes += 1 + varint_size(static_cast<uint64_t>(op.dtype()));
+        if (!v.empty()) bytes += 1 + varint_size(v.size()) + v.size();
+        open();
+        tag(1, 2);
+        varint(bytes);
+        if (!op.shard().empty()) {
+          tag(1, 2);
+          varint(op.shard().size());
+          header.append(op.shard());
+        }
+        if (op.kind() != 0) {
+          tag(2, 0);
+          varint(static_cast<uint64_t>(op.kind()));
+        }
+        if (has_ids) {
+          tag(3, 2);
+          varint(op.ids().size());
+          close();
+          external(op.ids());
+          open();
+        }
+        if (op.rows_case() == UpdateOp::kRange) {
+          tag(4, 2);
+          varint(range.size());
+          header.append(range);
+        }
+        if (op.dtype() != 0) {
+          tag(6, 0);
+          varint(static_cast<uint64_t>(op.dtype()));
+        }
+        if (!v.empty()) {
+          tag(5, 2);
+          varint(v.size());
+          close();
+          external(v);
+          continue;
+        }
+        close();
       }
-      header.resize(parts.empty() ? 0 : parts.back().second);
-      for (size_t i = 0; i < parts.size(); ++i) {
-        pieces.push_back(absl::string_view(header).substr(parts[i].first,
-                                                          parts[i].second - parts[i].first));
-        if (static_cast<int>(i) < request.ops_size() && !extra(static_cast<int>(i)).empty()) {
-          pieces.push_back(extra(static_cast<int>(i)));
-        }
+      if (request.step() != 0) {
+        open();
+        tag(2, 0);
+        varint(static_cast<uint64_t>(request.step()));
+        close();
+      }
+      // `header` stops growing here: the views into it stay valid.
+      for (const Piece& p : parts) {
+        const absl::string_view piece =
+            p.external.data() != nullptr || p.end == p.begin
+                ? p.external
+                : absl::string_view(header).substr(p.begin, p.end - p.begin);
+        if (!piece.empty()) pieces.push_back(piece);
       }
     }
   };
