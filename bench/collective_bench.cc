@@ -32,6 +32,7 @@ ABSL_FLAG(std::string, world_sizes, "2,4", "Ranks per group, comma-separated.");
 ABSL_FLAG(int64_t, min_bytes, 4 << 10, "Smallest all-reduce, bytes.");
 ABSL_FLAG(int64_t, max_bytes, int64_t{256} << 20, "Largest all-reduce, bytes (x4 steps).");
 ABSL_FLAG(bool, torch, true, "Run the torch.distributed Gloo peer.");
+ABSL_FLAG(int64_t, ring_segment_bytes, -1, "The ring's segment size (-1: the group's default).");
 ABSL_FLAG(int64_t, small_allreduce_bytes, -1,
           "All-reduces up to this size use BCube, larger the ring (-1: the group's default).");
 ABSL_FLAG(std::string, python, "/usr/bin/python3", "The python with torch (Debian's).");
@@ -59,6 +60,9 @@ std::vector<double> RunOurs(int world_size, const std::vector<int64_t>& sizes,
       options.rank = r;
       options.size = world_size;
       options.name = absl::StrCat("rank:", r);
+      if (absl::GetFlag(FLAGS_ring_segment_bytes) > 0) {
+        options.ring_segment_bytes = absl::GetFlag(FLAGS_ring_segment_bytes);
+      }
       if (absl::GetFlag(FLAGS_small_allreduce_bytes) >= 0) {
         options.small_allreduce_bytes = absl::GetFlag(FLAGS_small_allreduce_bytes);
       }

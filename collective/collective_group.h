@@ -49,6 +49,9 @@ struct CollectiveGroupOptions {
   // All-reduces of at most this many bytes use Gloo's BCube (fewer, smaller steps), larger ones
   // its ring. Default 256 KiB (bench/collective_bench).
   int64_t small_allreduce_bytes = 256 << 10;
+  // The ring's segments (each sent, received and reduced as one piece, pipelined). Default
+  // 1 MiB, Gloo's.
+  int64_t ring_segment_bytes = 1 << 20;
 };
 
 // Collectives are made one at a time (calls from several threads are serialized); every rank must
