@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -115,46 +116,86 @@ absl::Status ShardedVariable::Assign(absl::Span<const int64_t> ids, const float*
 }
 
 absl::StatusOr<std::string> ShardedVariable::ReadAll() const {
-  struct PerPs {
+  // One request per ps for its shards, except that a shard of more than 2 pieces' bytes is read as
+  // row ranges of about kReadPieceBytes, each its own request: they are served side by side (a ps
+  // serves each connection on a thread of its own, a client's calls alternate between
+  // connections) and each is copied into its place as it arrives, on the thread that received it.
+  // One 4 MiB read at a time went from ~1.9 to ~3.1-3.5 GB/s over the data plane (ps_bench).
+  constexpr int64_t kReadPieceBytes = 1 << 20;
+  struct Request {
     PsClient* client = nullptr;
     ReadRequest request;
     ReadResponse response;
-    std::vector<int> shard_of_op;
+    std::vector<std::pair<int64_t, int64_t>> places;  // per op: byte offset in the result, bytes
   };
-  std::map<PsClient*, PerPs> per_ps;
-  for (size_t s = 0; s < shards_.size(); ++s) {
-    PerPs& p = per_ps[ps_[shards_[s].ps_task]];
-    p.client = ps_[shards_[s].ps_task];
-    p.request.add_ops()->set_shard(shards_[s].name);  // empty range: the whole shard
-    p.shard_of_op.push_back(static_cast<int>(s));
-  }
-  RETURN_IF_ERROR(SendAll(per_ps, [](PerPs& p, PsClient::Done done) {
-    p.client->ReadAsync(&p.request, &p.response, std::move(done));
-  }));
-  // Each shard's bytes, by row offset (the shards tile the rows in order).
-  std::vector<std::pair<int64_t, std::string*>> parts;
-  for (auto& [client, p] : per_ps) {
-    if (p.response.values_size() != p.request.ops_size()) {
-      return absl::InternalError(absl::StrCat(client->name(), ": ", p.response.values_size(),
-                                              " shards read, asked for ", p.request.ops_size()));
-    }
-    for (int i = 0; i < p.response.values_size(); ++i) {
-      const ShardLocation& s = shards_[p.shard_of_op[i]];
-      std::string* bytes = p.response.mutable_values(i);
-      if (static_cast<int64_t>(bytes->size()) != s.num_rows * row_bytes_) {
-        return absl::InternalError(absl::StrCat(client->name(), ": shard \"", s.name,
-                                                "\" returned ", bytes->size(), " bytes, expected ",
-                                                s.num_rows * row_bytes_));
+  std::vector<std::unique_ptr<Request>> requests;
+  std::map<PsClient*, Request*> small;  // the per-ps request of the shards read whole
+  const int64_t piece_rows = std::max<int64_t>(1, kReadPieceBytes / row_bytes_);
+  for (const ShardLocation& s : shards_) {
+    PsClient* client = ps_[s.ps_task];
+    if (s.num_rows * row_bytes_ <= 2 * kReadPieceBytes) {
+      Request*& r = small[client];
+      if (r == nullptr) {
+        requests.push_back(std::make_unique<Request>());
+        r = requests.back().get();
+        r->client = client;
       }
-      parts.emplace_back(s.row_offset, bytes);
+      r->request.add_ops()->set_shard(s.name);  // empty range: the whole shard
+      r->places.emplace_back(s.row_offset * row_bytes_, s.num_rows * row_bytes_);
+      continue;
+    }
+    for (int64_t begin = s.row_offset; begin < s.row_offset + s.num_rows; begin += piece_rows) {
+      const int64_t end = std::min(begin + piece_rows, s.row_offset + s.num_rows);
+      auto r = std::make_unique<Request>();
+      r->client = client;
+      ReadOp* op = r->request.add_ops();
+      op->set_shard(s.name);
+      op->mutable_range()->set_row_begin(begin);
+      op->mutable_range()->set_row_end(end);
+      r->places.emplace_back(begin * row_bytes_, (end - begin) * row_bytes_);
+      requests.push_back(std::move(r));
     }
   }
-  // One shard: its bytes are the variable's. Else appended in order (no zero fill first).
-  if (parts.size() == 1) return std::move(*parts[0].second);
-  std::sort(parts.begin(), parts.end());
-  std::string all;
-  all.reserve(num_rows_ * row_bytes_);
-  for (const auto& [offset, bytes] : parts) all.append(*bytes);
+  // Checks a request's reply: as many values as ops, each of its place's size.
+  auto check = [this](const Request& r) -> absl::Status {
+    if (r.response.values_size() != r.request.ops_size()) {
+      return absl::InternalError(absl::StrCat(r.client->name(), ": ", r.response.values_size(),
+                                              " shards read, asked for ", r.request.ops_size()));
+    }
+    for (int i = 0; i < r.response.values_size(); ++i) {
+      if (static_cast<int64_t>(r.response.values(i).size()) != r.places[i].second) {
+        return absl::InternalError(absl::StrCat(
+            r.client->name(), ": shard \"", r.request.ops(i).shard(), "\" returned ",
+            r.response.values(i).size(), " bytes for variable \"", name_, "\", expected ",
+            r.places[i].second));
+      }
+    }
+    return absl::OkStatus();
+  };
+  // A single read of a single shard: its bytes are the variable's.
+  if (requests.size() == 1 && requests[0]->request.ops_size() == 1) {
+    Request& r = *requests[0];
+    RETURN_IF_ERROR(r.client->Read(r.request, &r.response));
+    RETURN_IF_ERROR(check(r));
+    return std::move(*r.response.mutable_values(0));
+  }
+  std::string all(static_cast<size_t>(num_rows_ * row_bytes_), '\0');
+  char* const out = all.data();
+  RETURN_IF_ERROR(CallAll(static_cast<int>(requests.size()), [&](int i, PsClient::Done done) {
+    Request* r = requests[i].get();
+    r->client->ReadAsync(&r->request, &r->response,
+                         [r, out, &check, done = std::move(done)](absl::Status status) {
+                           if (status.ok()) status = check(*r);
+                           if (status.ok()) {
+                             for (int k = 0; k < r->response.values_size(); ++k) {
+                               std::memcpy(out + r->places[k].first, r->response.values(k).data(),
+                                           r->places[k].second);
+                             }
+                             r->response.Clear();
+                           }
+                           done(std::move(status));
+                         });
+  }));
   return all;
 }
 

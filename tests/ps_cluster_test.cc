@@ -113,6 +113,36 @@ TEST_F(PsClusterTest, ShardsLiveOnTheirPs_ReadPerPs) {
   }
 }
 
+// ReadAll reads a shard of more than 2 MiB as row ranges of about 1 MiB side by side, each copied
+// into its place; small shards go whole in their ps's one request. Every row must come back where
+// it belongs: two large shards (one ending in a short piece) beside two small ones on both ps.
+TEST_F(PsClusterTest, ReadAll_LargeShardsInPieces_EveryRowInPlace) {
+  const int64_t width = 4;  // 16-byte rows: a 1 MiB piece is 65,536 rows
+  const int64_t big = 150001, small = 7;
+  const int64_t rows = 2 * big + 2 * small;
+  ShardedVariable v = Create("w", rows, width,
+                             {{"w/part_0", 0, small, 0},
+                              {"w/part_1", small, big, 0},
+                              {"w/part_2", small + big, big, 1},
+                              {"w/part_3", small + 2 * big, small, 1}});
+  std::vector<float> values(rows * width);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 1000003);
+  ASSERT_TRUE(v.AssignAll(absl::string_view(reinterpret_cast<const char*>(values.data()),
+                                            values.size() * sizeof(float)))
+                  .ok());
+  for (int round = 0; round < 3; ++round) {
+    absl::StatusOr<std::string> all = v.ReadAll();
+    ASSERT_TRUE(all.ok()) << all.status();
+    ASSERT_EQ(all->size(), values.size() * sizeof(float));
+    EXPECT_EQ(std::memcmp(all->data(), values.data(), all->size()), 0);
+  }
+  // One large shard alone (no small request beside its pieces).
+  ShardedVariable one = Create("u", big, width, {{"u/part_0", 0, big, 1}}, nullptr, 2.5f);
+  absl::StatusOr<std::string> all = one.ReadAll();
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(Floats(*all), std::vector<float>(big * width, 2.5f));
+}
+
 TEST_F(PsClusterTest, ApplyGradients_SgdAcrossShards_RepeatedIdsSummed) {
   OptimizerDef sgd;
   sgd.set_kind(OptimizerDef::SGD);
