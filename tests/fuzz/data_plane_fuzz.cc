@@ -74,11 +74,14 @@ void Exchange(const std::string& bytes) {
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(Server().server->port()));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  int rc;
-  do {
-    rc = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  } while (rc != 0 && errno == EINTR);
-  if (rc != 0) std::abort();
+  // An interrupted connect goes on in the background: asking again says EALREADY until it is
+  // done, then EISCONN.
+  for (;;) {
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 || errno == EISCONN) {
+      break;
+    }
+    if (errno != EINTR && errno != EALREADY) std::abort();
+  }
   size_t at = 0;
   while (at < bytes.size()) {
     const ssize_t n = ::send(fd, bytes.data() + at, bytes.size() - at, MSG_NOSIGNAL);
