@@ -8,10 +8,11 @@
 // keys (the fixed table's ids are rows 0..N-1, the dynamic table's keys MixKey of those, so both see
 // the same access pattern). Figures (targets from the issue, as ratios to the fixed table's figure
 // measured just before):
-//   grpc.fixed_pull / grpc.dynamic_find (training lookups, every key present; target 0.7) /
-//   grpc.dynamic_find_eval (evaluation lookups), grpc.fixed_push / grpc.dynamic_apply (Adagrad;
-//   target 0.7), grpc.dynamic_insert (every key new; target 0.4 of the fixed pull), each with 1 and
-//   4 requests in flight: raw PsClient calls with prebuilt requests on one in-process ps.
+//   <transport>.fixed_pull / .dynamic_find (training lookups, every key present; target 0.7) /
+//   .dynamic_find_eval (evaluation lookups), .fixed_push / .dynamic_apply (Adagrad; target 0.7),
+//   .dynamic_insert (every key new; target 0.4 of the fixed pull), each with 1 and 4 requests in
+//   flight: raw PsClient calls with prebuilt requests on one in-process ps, over the ps's data
+//   plane (data_plane.*, the default) or gRPC (--transport=grpc: grpc.*).
 //   export: the whole table through Export (rows/s, MB/s); checkpoint: SaveShards and a restore of
 //   the dynamic table, and a save of the fixed one (MB/s); memory: bytes held per key against its
 //   row and slots (16 + 16 floats = 128 bytes; the issue's bound is 1.5x).
@@ -52,6 +53,9 @@ ABSL_FLAG(int64_t, keys_per_request, 16384, "Uniform random keys per request.");
 ABSL_FLAG(std::vector<std::string>, in_flight, std::vector<std::string>({"1", "4"}),
           "Requests kept in flight for the gRPC figures.");
 ABSL_FLAG(std::string, dir, "/tmp/dynamic_table_bench", "Scratch directory for checkpoints.");
+ABSL_FLAG(std::string, transport, "data_plane",
+          "How the requests travel: data_plane (the ps's TCP data plane, the default; figures "
+          "named data_plane.*) or grpc (unary gRPC calls; figures named grpc.*).");
 ABSL_FLAG(bool, own_work_only, false,
           "Only the limits and the ps's own work without gRPC (for profiling).");
 
@@ -190,14 +194,23 @@ absl::StatusOr<double> RunAll(PsClient* client, const std::vector<LookupRequest>
   std::vector<LookupResponse> responses(in_flight);
   absl::Notification done;
   std::function<void(int)> issue = [&](int slot) {
-    size_t i;
+    size_t i = 0;
+    bool send = false, last = false;
     {
       absl::MutexLock lock(&state.mu);
-      if (state.next >= requests.size() || !state.status.ok()) {
-        if (--state.active == 0) done.Notify();
-        return;
+      if (state.next < requests.size() && state.status.ok()) {
+        i = state.next++;
+        send = true;
+      } else {
+        last = --state.active == 0;
       }
-      i = state.next++;
+    }
+    if (!send) {
+      // Notified only once `state.mu` is released: the waiter returns and destroys `state` at
+      // once (notifying under the lock unlocked a destroyed mutex: an abort seen with the data
+      // plane's faster replies).
+      if (last) done.Notify();
+      return;
     }
     client->LookupAsync(&requests[i], &responses[slot], [&, slot](absl::Status s) {
       if (!s.ok()) {
@@ -381,6 +394,12 @@ int Main() {
     std::cerr << "dynamic_table_bench: --seconds, --keys and --keys_per_request must be > 0\n";
     return 2;
   }
+  const std::string transport = absl::GetFlag(FLAGS_transport);
+  if (transport != "data_plane" && transport != "grpc") {
+    std::cerr << "dynamic_table_bench: --transport must be data_plane or grpc, got \"" << transport
+              << "\"\n";
+    return 2;
+  }
   std::vector<int> in_flight;
   for (const std::string& s : absl::GetFlag(FLAGS_in_flight)) {
     int n = 0;
@@ -419,13 +438,17 @@ int Main() {
   MeasureOwnWork(timing, w, gather);
   if (absl::GetFlag(FLAGS_own_work_only)) return 0;
 
-  // One ps over loopback gRPC with the fixed table and the dynamic table; the dynamic table filled
-  // (every key new: the first insert figure), then a second table filled with `in_flight` 4.
+  // One ps (over its data plane, or gRPC with --transport=grpc) with the fixed table and the
+  // dynamic table; the dynamic table filled (every key new: the first insert figure), then a
+  // second table filled with `in_flight` 4.
   PsServerOptions server_options;
   server_options.listen_address = "localhost:0";
   absl::StatusOr<std::unique_ptr<PsServer>> server = PsServer::Start(server_options);
   if (!server.ok()) Die(server.status(), "starting the ps");
-  std::unique_ptr<PsClient> client = NewGrpcPsClient(0, (*server)->address());
+  GrpcPsClientOptions client_options;
+  client_options.data_plane = transport == "data_plane";
+  std::unique_ptr<PsClient> client = NewGrpcPsClient(0, (*server)->address(), client_options);
+  const std::string net = transport + ".";  // the figures' prefix
   CreateShardsRequest create;
   *create.add_shards() = FixedDef(keys);
   *create.add_shards() = DynamicDef("dyn");
@@ -455,7 +478,7 @@ int Main() {
   };
   for (int n : in_flight) {
     RunResult r = lookups(w.fixed_lookups, n);
-    json line = RowsLine(absl::StrCat("grpc.fixed_pull.in_flight_", n), r, per_request, n,
+    json line = RowsLine(absl::StrCat(net, "fixed_pull.in_flight_", n), r, per_request, n,
                          "Lookup of a fixed [N, 16] table");
     fixed_pull[n] = line["value"].get<double>();
     line["limit"] = {{"name", "limit.gather_64B_rows_1GiB_1thread"}, {"value", Round(gather)}};
@@ -472,7 +495,7 @@ int Main() {
     line["op"] = op;
     line["keys"] = keys;
     line["seconds"] = Round(secs, 2);
-    Vs(&line, fixed_pull[n], kInsertTarget, "grpc.fixed_pull at the same in_flight");
+    Vs(&line, fixed_pull[n], kInsertTarget, absl::StrCat(net, "fixed_pull at the same in_flight"));
     return line;
   };
   for (int n : in_flight) {
@@ -481,7 +504,7 @@ int Main() {
                                                         per_request);
     absl::StatusOr<double> secs = RunAll(client.get(), inserts, n);
     if (!secs.ok()) Die(secs.status(), "inserts");
-    json line = insert_line(absl::StrCat("grpc.dynamic_insert_fresh_memory.in_flight_", n), n,
+    json line = insert_line(absl::StrCat(net, "dynamic_insert_fresh_memory.in_flight_", n), n,
                             *secs, "training lookups of keys all new, the table growing into new "
                                    "memory: each key stored with its row drawn from (seed, key)");
     line["limit"] = {{"name", "limit.first_touch_GBps / ~170 bytes per key"},
@@ -522,7 +545,7 @@ int Main() {
     absl::StatusOr<double> secs =
         RunAll(client.get(), InsertRequests(shard, first + keys, keys, per_request), n);
     if (!secs.ok()) Die(secs.status(), "recycled inserts");
-    Emit(insert_line(absl::StrCat("grpc.dynamic_insert_recycled_memory.in_flight_", n), n, *secs,
+    Emit(insert_line(absl::StrCat(net, "dynamic_insert_recycled_memory.in_flight_", n), n, *secs,
                      "training lookups of keys all new, into memory the table freed (erased "
                      "keys): no first touch"));
     erase.mutable_ops()->Clear();
@@ -535,25 +558,25 @@ int Main() {
     if (absl::Status s = client->Update(erase, &erased); !s.ok()) Die(s, "erase");
   }
   for (int n : in_flight) {
-    json line = RowsLine(absl::StrCat("grpc.dynamic_find.in_flight_", n),
+    json line = RowsLine(absl::StrCat(net, "dynamic_find.in_flight_", n),
                          lookups(w.dynamic_finds, n), per_request, n,
                          "training lookup (Lookup with insert), every key present");
-    Vs(&line, fixed_pull[n], kFindTarget, "grpc.fixed_pull at the same in_flight");
+    Vs(&line, fixed_pull[n], kFindTarget, absl::StrCat(net, "fixed_pull at the same in_flight"));
     Emit(line);
-    line = RowsLine(absl::StrCat("grpc.dynamic_find_eval.in_flight_", n),
+    line = RowsLine(absl::StrCat(net, "dynamic_find_eval.in_flight_", n),
                     lookups(w.dynamic_evals, n), per_request, n,
                     "evaluation lookup (never inserts), every key present");
-    Vs(&line, fixed_pull[n], kFindTarget, "grpc.fixed_pull at the same in_flight");
+    Vs(&line, fixed_pull[n], kFindTarget, absl::StrCat(net, "fixed_pull at the same in_flight"));
     Emit(line);
   }
   for (int n : in_flight) {
-    json line = RowsLine(absl::StrCat("grpc.fixed_push.in_flight_", n), pushes(w.fixed_pushes, n),
+    json line = RowsLine(absl::StrCat(net, "fixed_push.in_flight_", n), pushes(w.fixed_pushes, n),
                          per_request, n, "Update APPLY_GRADIENT (Adagrad), fixed table");
     fixed_push[n] = line["value"].get<double>();
     Emit(line);
-    line = RowsLine(absl::StrCat("grpc.dynamic_apply.in_flight_", n), pushes(w.dynamic_pushes, n),
+    line = RowsLine(absl::StrCat(net, "dynamic_apply.in_flight_", n), pushes(w.dynamic_pushes, n),
                     per_request, n, "Update APPLY_GRADIENT (Adagrad), dynamic table");
-    Vs(&line, fixed_push[n], kApplyTarget, "grpc.fixed_push at the same in_flight");
+    Vs(&line, fixed_push[n], kApplyTarget, absl::StrCat(net, "fixed_push at the same in_flight"));
     Emit(line);
   }
 

@@ -516,6 +516,11 @@ int Main() {
     std::cerr << "ps_bench: --seconds, --rows, --ids_per_request and --dense_floats must be > 0\n";
     return 2;
   }
+  const std::string transport = absl::GetFlag(FLAGS_transport);
+  if (transport != "data_plane" && transport != "grpc") {
+    std::cerr << "ps_bench: --transport must be data_plane or grpc, got \"" << transport << "\"\n";
+    return 2;
+  }
   std::vector<int> in_flight;
   for (const std::string& s : absl::GetFlag(FLAGS_in_flight)) {
     int n = 0;
@@ -557,7 +562,7 @@ int Main() {
   absl::StatusOr<std::unique_ptr<PsServer>> server = PsServer::Start(server_options);
   if (!server.ok()) Die(server.status(), "starting the ps");
   GrpcPsClientOptions client_options;
-  client_options.data_plane = absl::GetFlag(FLAGS_transport) == "data_plane";
+  client_options.data_plane = transport == "data_plane";
   std::unique_ptr<PsClient> client = NewGrpcPsClient(0, (*server)->address(), client_options);
 
   std::vector<std::pair<std::string, std::vector<int64_t>>> dense = {
