@@ -33,6 +33,12 @@ class GrpcPsClient final : public PsClient {
         raw_update_(channel_) {}
 
   const std::string& name() const override { return name_; }
+  // Over the data plane, pieces of a large read are served on both of its connections' threads
+  // and copied out on both reader threads: 1 MiB pieces read one 4 MiB variable ~1.7x as fast.
+  // Over gRPC they were slower than one call (~1.9 against ~2.6 GB/s), so a read goes whole there.
+  int64_t read_piece_bytes() const override {
+    return options_.data_plane && !CurrentTransportSecurity()->tls() ? int64_t{1} << 20 : 0;
+  }
 
   void CreateShardsAsync(const CreateShardsRequest* request, CreateShardsResponse* response,
                          Done done) override {

@@ -63,6 +63,9 @@ class PsClient {
   // response into one chunk; the gRPC client hands over the received slices as they are.
   virtual void LookupWireAsync(const LookupRequest* request, LookupWireReply* reply, Done done);
   virtual void ReadAsync(const ReadRequest* request, ReadResponse* response, Done done) = 0;
+  // The size of the row ranges a large read is best split into, read side by side
+  // (ShardedVariable::ReadAll); 0: read it whole. The default: 0.
+  virtual int64_t read_piece_bytes() const { return 0; }
   virtual void UpdateAsync(const UpdateRequest* request, UpdateResponse* response, Done done) = 0;
   // Update with op i's values given apart as (*values)[i] (an empty view: the op's own values),
   // which must stay alive and unchanged until `done`: the gRPC client sends them from where they

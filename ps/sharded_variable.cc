@@ -117,11 +117,11 @@ absl::Status ShardedVariable::Assign(absl::Span<const int64_t> ids, const float*
 
 absl::StatusOr<std::string> ShardedVariable::ReadAll() const {
   // One request per ps for its shards, except that a shard of more than 2 pieces' bytes is read as
-  // row ranges of about kReadPieceBytes, each its own request: they are served side by side (a ps
-  // serves each connection on a thread of its own, a client's calls alternate between
-  // connections) and each is copied into its place as it arrives, on the thread that received it.
-  // One 4 MiB read at a time went from ~1.9 to 3.2-3.9 GB/s over the data plane (ps_bench).
-  constexpr int64_t kReadPieceBytes = 1 << 20;
+  // row ranges of its client's read_piece_bytes() (over the data plane, 1 MiB), each its own
+  // request: they are served side by side (a ps serves each connection on a thread of its own, a
+  // client's calls alternate between connections) and each is copied into its place as it
+  // arrives, on the thread that received it. One 4 MiB read at a time went from ~1.9 to 3.2-3.9
+  // GB/s over the data plane (ps_bench).
   struct Request {
     PsClient* client = nullptr;
     ReadRequest request;
@@ -130,10 +130,10 @@ absl::StatusOr<std::string> ShardedVariable::ReadAll() const {
   };
   std::vector<std::unique_ptr<Request>> requests;
   std::map<PsClient*, Request*> small;  // the per-ps request of the shards read whole
-  const int64_t piece_rows = std::max<int64_t>(1, kReadPieceBytes / row_bytes_);
   for (const ShardLocation& s : shards_) {
     PsClient* client = ps_[s.ps_task];
-    if (s.num_rows * row_bytes_ <= 2 * kReadPieceBytes) {
+    const int64_t piece_bytes = client->read_piece_bytes();
+    if (piece_bytes <= 0 || s.num_rows * row_bytes_ <= 2 * piece_bytes) {
       Request*& r = small[client];
       if (r == nullptr) {
         requests.push_back(std::make_unique<Request>());
@@ -144,6 +144,7 @@ absl::StatusOr<std::string> ShardedVariable::ReadAll() const {
       r->places.emplace_back(s.row_offset * row_bytes_, s.num_rows * row_bytes_);
       continue;
     }
+    const int64_t piece_rows = std::max<int64_t>(1, piece_bytes / row_bytes_);
     for (int64_t begin = s.row_offset; begin < s.row_offset + s.num_rows; begin += piece_rows) {
       const int64_t end = std::min(begin + piece_rows, s.row_offset + s.num_rows);
       auto r = std::make_unique<Request>();

@@ -136,6 +136,24 @@ TEST_F(PsClusterTest, ReadAll_LargeShardsInPieces_EveryRowInPlace) {
     ASSERT_EQ(all->size(), values.size() * sizeof(float));
     EXPECT_EQ(std::memcmp(all->data(), values.data(), all->size()), 0);
   }
+  // Over gRPC alone (no data plane) a read goes whole: the same bytes.
+  GrpcPsClientOptions grpc_only;
+  grpc_only.data_plane = false;
+  std::vector<std::unique_ptr<PsClient>> grpc_clients;
+  std::vector<PsClient*> grpc_ps;
+  for (int i = 0; i < 2; ++i) {
+    grpc_clients.push_back(NewGrpcPsClient(i, *cluster_->spec().address({"ps", i}), grpc_only));
+    grpc_ps.push_back(grpc_clients.back().get());
+    EXPECT_EQ(grpc_ps.back()->read_piece_bytes(), 0);
+    EXPECT_GT(ps_[i]->read_piece_bytes(), 0);
+  }
+  absl::StatusOr<ShardedVariable> over_grpc =
+      ShardedVariable::Create("w", {rows, width}, DT_FLOAT32, v.shards(), grpc_ps);
+  ASSERT_TRUE(over_grpc.ok()) << over_grpc.status();
+  absl::StatusOr<std::string> whole = over_grpc->ReadAll();
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  ASSERT_EQ(whole->size(), values.size() * sizeof(float));
+  EXPECT_EQ(std::memcmp(whole->data(), values.data(), whole->size()), 0);
   // One large shard alone (no small request beside its pieces).
   ShardedVariable one = Create("u", big, width, {{"u/part_0", 0, big, 1}}, nullptr, 2.5f);
   absl::StatusOr<std::string> all = one.ReadAll();
