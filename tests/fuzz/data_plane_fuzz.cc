@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -17,6 +18,7 @@
 #include "cluster/task_identity.h"
 #include "common/raw_tcp.h"
 #include "proto/ps_service.pb.h"
+#include "ps/checkpoint_root.h"
 #include "ps/ps_service_handlers.h"
 #include "tests/fuzz/fuzz_target.h"
 
@@ -30,13 +32,19 @@ struct Served {
   std::unique_ptr<RawTcpServer> server;
 };
 
+std::string CheckpointDir() { return FuzzDir() + "/root"; }
+
 Served& Server() {
   static Served* served = [] {
     auto* s = new Served;
     PsServiceLimits limits;
     limits.memory_budget_bytes = 64 << 20;
     limits.max_ids_per_request = 1 << 16;
-    s->handlers = std::make_unique<PsServiceHandlers>(limits, CheckpointRoot());
+    // Checkpoints confined to this process's own directory, as a ps's to its --checkpoint_root
+    // (an unconfined ps wrote the databases of SaveShards requests into the working directory).
+    absl::StatusOr<CheckpointRoot> root = CheckpointRoot::Open(CheckpointDir());
+    if (!root.ok()) std::abort();
+    s->handlers = std::make_unique<PsServiceHandlers>(limits, *std::move(root));
     RawTcpServerOptions options;
     options.host = "127.0.0.1";
     options.token = kToken;
@@ -163,6 +171,9 @@ std::vector<std::string> FuzzSeeds() {
 }  // namespace pstrain
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  // What the previous input saved is gone; the root itself stays.
+  pstrain::EmptyFuzzDir();
+  ::mkdir(pstrain::CheckpointDir().c_str(), 0755);
   pstrain::Exchange(std::string(reinterpret_cast<const char*>(data), size));
   return 0;
 }
