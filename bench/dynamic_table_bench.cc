@@ -51,7 +51,7 @@ ABSL_FLAG(double, seconds, 2.0, "Timed seconds per measurement (after a warm-up 
 ABSL_FLAG(int64_t, keys, 4194304, "Keys of each table (16 float32 each).");
 ABSL_FLAG(int64_t, keys_per_request, 16384, "Uniform random keys per request.");
 ABSL_FLAG(std::vector<std::string>, in_flight, std::vector<std::string>({"1", "4"}),
-          "Requests kept in flight for the gRPC figures.");
+          "Requests kept in flight for the figures over the ps (data_plane.* or grpc.*).");
 ABSL_FLAG(std::string, dir, "/tmp/dynamic_table_bench", "Scratch directory for checkpoints.");
 ABSL_FLAG(std::string, transport, "data_plane",
           "How the requests travel: data_plane (the ps's TCP data plane, the default; figures "
