@@ -22,7 +22,7 @@ def pstrain_fuzz_target(name, srcs, deps = [], data = [], size = "small"):
         name = name,
         testonly = 1,
         deps = [":" + name + "_lib"] + select({
-            "//:fuzzing": [],
+            "//:fuzzing": ["//third_party/sanitizers:lsan_suppressions"],
             "//conditions:default": ["//tests/fuzz:replay_main"],
         }),
         data = data,

@@ -124,11 +124,3 @@ extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
   std::printf("wrote %zu seeds to %s\n", seeds.size(), dir);
   std::exit(0);
 }
-
-#if defined(__clang__)  // the fuzz build (tools/fuzz.sh) is the only clang build
-// The fuzz build's leak check (the --config=asan build gets the same from
-// third_party/sanitizers/asan_defaults.cc): c-ares, gRPC's DNS resolver, keeps a few bytes until
-// exit, which targets that start servers or channels (the prediction service's) would otherwise
-// report as a leak on their first inputs.
-extern "C" const char* __lsan_default_suppressions() { return "leak:libcares.so\n"; }
-#endif
