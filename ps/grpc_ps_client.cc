@@ -275,23 +275,20 @@ class GrpcPsClient final : public PsClient {
         size_t begin = 0, end = 0;
         absl::string_view external;
       };
+      using google::protobuf::internal::WireFormatLite;
+      using google::protobuf::io::CodedOutputStream;
+      constexpr WireFormatLite::WireType kLen = WireFormatLite::WIRETYPE_LENGTH_DELIMITED;
+      constexpr WireFormatLite::WireType kVarint = WireFormatLite::WIRETYPE_VARINT;
       std::vector<Piece> parts;
       auto varint = [this](uint64_t v) {
-        while (v >= 0x80) {
-          header.push_back(static_cast<char>(v | 0x80));
-          v >>= 7;
-        }
-        header.push_back(static_cast<char>(v));
+        uint8_t bytes[10];  // a varint's most
+        const uint8_t* end = CodedOutputStream::WriteVarint64ToArray(v, bytes);
+        header.append(reinterpret_cast<const char*>(bytes), static_cast<size_t>(end - bytes));
       };
-      auto varint_size = [](uint64_t v) {
-        size_t n = 1;
-        while (v >= 0x80) {
-          v >>= 7;
-          ++n;
-        }
-        return n;
+      auto varint_size = [](uint64_t v) -> size_t { return CodedOutputStream::VarintSize64(v); };
+      auto tag = [&](int field, WireFormatLite::WireType wire) {
+        varint(WireFormatLite::MakeTag(field, wire));
       };
-      auto tag = [&](int field, int wire) { varint(static_cast<uint64_t>(field << 3 | wire)); };
       auto open = [&] { parts.push_back(Piece{header.size(), header.size(), {}}); };
       auto close = [&] { parts.back().end = header.size(); };
       auto external = [&](absl::string_view v) { parts.push_back(Piece{0, 0, v}); };
@@ -314,35 +311,35 @@ class GrpcPsClient final : public PsClient {
         if (op.dtype() != 0) bytes += 1 + varint_size(static_cast<uint64_t>(op.dtype()));
         if (!v.empty()) bytes += 1 + varint_size(v.size()) + v.size();
         open();
-        tag(1, 2);
+        tag(1, kLen);
         varint(bytes);
         if (!op.shard().empty()) {
-          tag(1, 2);
+          tag(1, kLen);
           varint(op.shard().size());
           header.append(op.shard());
         }
         if (op.kind() != 0) {
-          tag(2, 0);
+          tag(2, kVarint);
           varint(static_cast<uint64_t>(op.kind()));
         }
         if (has_ids) {
-          tag(3, 2);
+          tag(3, kLen);
           varint(op.ids().size());
           close();
           external(op.ids());
           open();
         }
         if (op.rows_case() == UpdateOp::kRange) {
-          tag(4, 2);
+          tag(4, kLen);
           varint(range.size());
           header.append(range);
         }
         if (op.dtype() != 0) {
-          tag(6, 0);
+          tag(6, kVarint);
           varint(static_cast<uint64_t>(op.dtype()));
         }
         if (!v.empty()) {
-          tag(5, 2);
+          tag(5, kLen);
           varint(v.size());
           close();
           external(v);
@@ -352,7 +349,7 @@ class GrpcPsClient final : public PsClient {
       }
       if (request.step() != 0) {
         open();
-        tag(2, 0);
+        tag(2, kVarint);
         varint(static_cast<uint64_t>(request.step()));
         close();
       }
