@@ -139,7 +139,8 @@ class GlooGroup final : public CollectiveGroup {
       opts.setAlgorithm(n * static_cast<int64_t>(sizeof(float)) <= options_.small_allreduce_bytes
                             ? gloo::AllreduceOptions::Algorithm::BCUBE
                             : gloo::AllreduceOptions::Algorithm::RING);
-      opts.setMaxSegmentSize(static_cast<size_t>(std::max<int64_t>(4096, options_.ring_segment_bytes)));
+      opts.setMaxSegmentSize(
+          static_cast<size_t>(std::max<int64_t>(4096, options_.ring_segment_bytes)));
       gloo::allreduce(opts);
     }));
     FinishReduce(op, data, n, options_.size);
