@@ -72,6 +72,21 @@ class PsClusterTest : public ::testing::Test {
   std::vector<PsClient*> ps_;
 };
 
+// GrpcPsClient encodes an update for the data plane field by field (UpdateFrame: the caller's ids
+// and values are sent from where they are): a field added to UpdateOp or UpdateRequest must be
+// added there too, or the data plane would drop it. This names the fields it writes.
+TEST(UpdateFrameFieldsTest, UpdateOpAndRequest_HaveTheFieldsTheDataPlaneEncodes) {
+  auto numbers = [](const google::protobuf::Descriptor* d) {
+    std::vector<int> out;
+    for (int i = 0; i < d->field_count(); ++i) out.push_back(d->field(i)->number());
+    return out;
+  };
+  EXPECT_THAT(numbers(UpdateOp::descriptor()), ::testing::UnorderedElementsAre(1, 2, 3, 4, 5, 6))
+      << "update UpdateFrame in ps/grpc_ps_client.cc";
+  EXPECT_THAT(numbers(UpdateRequest::descriptor()), ::testing::UnorderedElementsAre(1, 2))
+      << "update UpdateFrame in ps/grpc_ps_client.cc";
+}
+
 TEST_F(PsClusterTest, Lookup_AcrossShardsAndPs_CallerOrder) {
   // TF's case: shards [[1,2],[3,4]], [[5,6],[7,8]], [[9,10]]; ids [0,3,4] -> [[1,2],[7,8],[9,10]].
   ShardedVariable v = Create("t", 5, 2,
