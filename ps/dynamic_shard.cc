@@ -36,6 +36,15 @@ inline const float* Floats(const char* record) {
   return reinterpret_cast<const float*>(record + sizeof(RecordHeader));
 }
 
+// A row copy: rows of 16 floats (the common width) as four 16-byte moves, others by memcpy.
+inline void CopyRow(char* to, const float* from, int64_t bytes) {
+  if (bytes == 64) {
+    std::memcpy(to, from, 64);
+  } else {
+    std::memcpy(to, from, static_cast<size_t>(bytes));
+  }
+}
+
 inline int64_t LoadKey(const char* p) {
   int64_t k;
   std::memcpy(&k, p, sizeof(k));
@@ -70,9 +79,12 @@ constexpr int kSketchRows = 4;
 // Bytes of index per key that max_bytes counts (8-byte entries, the index between 3/8 and 3/4
 // full: 16 bytes at half full).
 constexpr int64_t kIndexBytesPerKey = 16;
-// Keys ahead to prefetch: the index entry this far ahead, the record (from an index entry that has
-// had time to arrive) half as far.
-constexpr int64_t kPrefetchAhead = 16;
+// Walk's pipeline: the index entry of the key this many positions ahead is prefetched, and the
+// record of the key kRecordAhead ahead (found in an index line that has had time to arrive).
+constexpr int64_t kIndexAhead = 32;
+constexpr int64_t kRecordAhead = 16;
+constexpr int64_t kWalkRing = 32;  // a power of two above kRecordAhead
+static_assert(kWalkRing > kRecordAhead && (kWalkRing & (kWalkRing - 1)) == 0, "ring size");
 constexpr int64_t kDefaultExportKeys = 65536;
 
 // Blocks of records: small blocks first (64 records, then doubling, while a block is under 2 MiB:
@@ -186,6 +198,9 @@ absl::StatusOr<std::unique_ptr<DynamicShard>> DynamicShard::Create(const Variabl
   shard->small_records_ = uint32_t{1} << (kFirstBlockShift - 1 + small);
   shard->big_block_records_ =
       static_cast<uint32_t>(std::max<int64_t>(1, kBigBlockBytes / shard->record_bytes_));
+  if (shard->big_block_records_ > 1) {
+    shard->big_block_magic_ = ~uint64_t{0} / shard->big_block_records_ + 1;
+  }
   int64_t capacity = d.max_rows();
   if (d.max_bytes() > 0) {
     const int64_t by_bytes = d.max_bytes() / (shard->record_bytes_ + kIndexBytesPerKey);
@@ -228,7 +243,11 @@ inline char* DynamicShard::Record(const Stripe& s, uint32_t r) const {
     }
   } else {
     const uint32_t i = r - small_records_;
-    const uint32_t q = i / big_block_records_;
+    // i / big_block_records_ without a division (Lemire, Kaser and Kurz's fastdiv).
+    const uint32_t q = big_block_magic_ == 0
+                           ? i
+                           : static_cast<uint32_t>(
+                                 (static_cast<unsigned __int128>(big_block_magic_) * i) >> 64);
     block = small_blocks_ + q;
     offset = i - q * big_block_records_;
   }
@@ -253,32 +272,70 @@ inline bool DynamicShard::Probe(const Stripe& s, int64_t key, uint64_t hash, uin
   }
 }
 
-// No lambdas in here: GCC deems a function that only prefetches side-effect free and drops calls
-// to one it doesn't inline, and a lambda's call may not be inlined.
-inline __attribute__((always_inline)) void DynamicShard::PrefetchAhead(
-    const Stripe& s, const uint64_t* hashes, const std::vector<int32_t>& positions, int64_t k,
-    int64_t record_prefix) const {
-  const int64_t n = static_cast<int64_t>(positions.size());
-  constexpr int64_t kRecordAhead = kPrefetchAhead / 2;
-  // The index entries: the first kPrefetchAhead at the start, then one kPrefetchAhead ahead.
-  const int64_t index_from = k == 0 ? 0 : k + kPrefetchAhead;
-  const int64_t index_to = std::min(n, k + kPrefetchAhead + 1);
-  for (int64_t i = index_from; i < index_to; ++i) {
-    __builtin_prefetch(&s.index[Tag(hashes[positions[i]]) & s.mask]);
+template <typename Fn>
+inline __attribute__((always_inline)) void DynamicShard::Walk(const Stripe& s, const int64_t* keys, const uint64_t* hashes,
+                               const int32_t* positions, int64_t n, int64_t record_prefix,
+                               Fn&& fn) const {
+  if (s.index == nullptr) {  // nothing stored yet
+    for (int64_t k = 0; k < n; ++k) fn(positions[k], false, uint64_t{0});
+    return;
   }
-  // The records, from their home entries (which have had time to arrive): every cache line of
-  // their first `record_prefix` bytes.
-  const int64_t record_from = k == 0 ? 0 : k + kRecordAhead;
-  const int64_t record_to = std::min(n, k + kRecordAhead + 1);
-  for (int64_t i = record_from; i < record_to; ++i) {
-    const uint64_t e = s.index[Tag(hashes[positions[i]]) & s.mask];
-    if (e == 0) continue;
-    const uintptr_t begin = reinterpret_cast<uintptr_t>(Record(s, EntryRecord(e)));
-    // Read prefetches (rw 0): a write prefetch needs PREFETCHW, which GCC targets only when told
-    // the CPU has it (-march=native), and otherwise emits nothing at all.
-    for (uintptr_t line = begin & ~uintptr_t{63}; line < begin + record_prefix; line += 64) {
-      __builtin_prefetch(reinterpret_cast<const void*>(line));
+  // found[k % kWalkRing]: the index position stage 2 found for position k, with kEmptyBit set if
+  // it is the empty position that ends the key's probe sequence (the key is not held).
+  constexpr uint64_t kEmptyBit = uint64_t{1} << 63;
+  uint64_t found[kWalkRing];
+  const uint64_t* index = s.index;
+  const uint64_t mask = s.mask;
+  // Stage 1 (the home entry's line) is written out where it is used, not as a lambda: GCC deems a
+  // function that only prefetches side-effect free and drops calls to one it doesn't inline.
+  // Stage 2: the key's entry by tag, then its record's lines. Read prefetches (rw 0): a write
+  // prefetch needs PREFETCHW, which GCC targets only when told the CPU has it (-march=native), and
+  // otherwise emits nothing at all.
+  auto stage2 = [&](int64_t j) __attribute__((always_inline)) {
+    const uint32_t tag = Tag(hashes[positions[j]]);
+    for (uint64_t i = tag & mask;; i = (i + 1) & mask) {
+      const uint64_t e = index[i];
+      if (e == 0) {
+        found[j & (kWalkRing - 1)] = i | kEmptyBit;
+        return;
+      }
+      if (EntryTag(e) == tag) {
+        found[j & (kWalkRing - 1)] = i;
+        const uintptr_t begin = reinterpret_cast<uintptr_t>(Record(s, EntryRecord(e)));
+        for (uintptr_t line = begin & ~uintptr_t{63}; line < begin + record_prefix; line += 64) {
+          __builtin_prefetch(reinterpret_cast<const void*>(line));
+        }
+        return;
+      }
     }
+  };
+  for (int64_t j = 0; j < std::min(n, kIndexAhead); ++j) {
+    __builtin_prefetch(&index[Tag(hashes[positions[j]]) & mask]);
+  }
+  for (int64_t j = 0; j < std::min(n, kRecordAhead); ++j) stage2(j);
+  for (int64_t k = 0; k < n; ++k) {
+    if (k + kIndexAhead < n) __builtin_prefetch(&index[Tag(hashes[positions[k + kIndexAhead]]) & mask]);
+    if (k + kRecordAhead < n) stage2(k + kRecordAhead);
+    const int32_t p = positions[k];
+    const uint64_t f = found[k & (kWalkRing - 1)];
+    const uint64_t pos = f & ~kEmptyBit;
+    // fn may have changed the index since stage 2 (its lock is held throughout): an insert fills
+    // empty entries, an erase shifts entries back. The position is used only if it still says
+    // the same; otherwise the key is probed afresh.
+    const uint64_t e = s.index[pos];
+    if ((f & kEmptyBit) != 0) {
+      if (e == 0) {
+        fn(p, false, pos);
+        continue;
+      }
+    } else if (e != 0 && EntryTag(e) == Tag(hashes[p]) &&
+               Header(Record(s, EntryRecord(e)))->key == keys[p]) {
+      fn(p, true, pos);
+      continue;
+    }
+    uint64_t probed = 0;
+    const bool held = Probe(s, keys[p], hashes[p], &probed);
+    fn(p, held, probed);
   }
 }
 
@@ -579,31 +636,28 @@ void DynamicShard::Find(const int64_t* keys, const uint64_t* hashes,
   ForEachStripe(by_stripe, pool, [&](int stripe) {
     Stripe& s = stripes_[stripe];
     const std::vector<int32_t>& positions = by_stripe[stripe];
-    const int64_t n = static_cast<int64_t>(positions.size());
     if (s.index == nullptr) return;  // nothing stored yet: every key is missing
-    for (int64_t k = 0; k < n; ++k) {
-      PrefetchAhead(s, hashes, positions, k, kHeaderBytes + rb);
-      const int32_t p = positions[k];
-      uint64_t pos = 0;
-      if (!Probe(s, keys[p], hashes[p], &pos)) continue;
-      char* record = Record(s, EntryRecord(s.index[pos]));
-      RecordHeader* h = Header(record);
-      if (Expired(h->step)) {
-        if (may_sweep) {
-          EraseAt(s, pos, ctx);
-          evicted_ttl_.fetch_add(1, std::memory_order_relaxed);
-        }
-        continue;
-      }
-      if (sighting) {
-        h->count = SaturatingAdd(h->count, 1);
-        Touch(&h->step, step);
-        h->generation = ctx.generation;
-      }
-      // Copied now, under the stripe's lock: once it is released the record may be evicted.
-      if (out != nullptr) std::memcpy(out + p * rb, Floats(record), rb);
-      (*found)[p] = 1;
-    }
+    Walk(s, keys, hashes, positions.data(), static_cast<int64_t>(positions.size()),
+         kHeaderBytes + rb, [&](int32_t p, bool held, uint64_t pos) {
+           if (!held) return;
+           char* record = Record(s, EntryRecord(s.index[pos]));
+           RecordHeader* h = Header(record);
+           if (Expired(h->step)) {
+             if (may_sweep) {
+               EraseAt(s, pos, ctx);
+               evicted_ttl_.fetch_add(1, std::memory_order_relaxed);
+             }
+             return;
+           }
+           if (sighting) {
+             h->count = SaturatingAdd(h->count, 1);
+             Touch(&h->step, step);
+             h->generation = ctx.generation;
+           }
+           // Copied now, under the stripe's lock: once it is released the record may be evicted.
+           if (out != nullptr) CopyRow(out + p * rb, Floats(record), rb);
+           (*found)[p] = 1;
+         });
   });
 }
 
@@ -645,26 +699,23 @@ absl::Status DynamicShard::InsertMissing(const int64_t* keys, const uint64_t* ha
   each_stripe(missing_by_stripe, [&](int stripe) {
     Stripe& s = stripes_[stripe];
     const std::vector<int32_t>& positions = missing_by_stripe[stripe];
-    for (size_t k = 0; k < positions.size(); ++k) {
-      const int32_t p = positions[k];
-      state[p] = 2;
-      if (s.index == nullptr) continue;
-      PrefetchAhead(s, hashes, positions, static_cast<int64_t>(k), kHeaderBytes);
-      uint64_t pos = 0;
-      if (!Probe(s, keys[p], hashes[p], &pos)) continue;
-      RecordHeader* h = Header(Record(s, EntryRecord(s.index[pos])));
-      if (Expired(h->step)) {
-        EraseAt(s, pos, ctx);  // expired: stored afresh below
-        evicted_ttl_.fetch_add(1, std::memory_order_relaxed);
-        continue;
-      }
-      if (sighting) {
-        h->count = SaturatingAdd(h->count, 1);
-        Touch(&h->step, step);
-        h->generation = ctx.generation;
-      }
-      state[p] = 1;
-    }
+    Walk(s, keys, hashes, positions.data(), static_cast<int64_t>(positions.size()), kHeaderBytes,
+         [&](int32_t p, bool held, uint64_t pos) {
+           state[p] = 2;
+           if (!held) return;
+           RecordHeader* h = Header(Record(s, EntryRecord(s.index[pos])));
+           if (Expired(h->step)) {
+             EraseAt(s, pos, ctx);  // expired: stored afresh below
+             evicted_ttl_.fetch_add(1, std::memory_order_relaxed);
+             return;
+           }
+           if (sighting) {
+             h->count = SaturatingAdd(h->count, 1);
+             Touch(&h->step, step);
+             h->generation = ctx.generation;
+           }
+           state[p] = 1;
+         });
   });
 
   // 2. The missing keys, each once (at its first position, with how often it occurs).
@@ -748,13 +799,12 @@ absl::Status DynamicShard::InsertMissing(const int64_t* keys, const uint64_t* ha
   each_stripe(stored_by_stripe, [&](int stripe) {
     Stripe& s = stripes_[stripe];
     const std::vector<int32_t>& positions = stored_by_stripe[stripe];
-    for (size_t k = 0; k < positions.size(); ++k) {
-      PrefetchAhead(s, hashes, positions, static_cast<int64_t>(k), /*record_prefix=*/0);
-      const int32_t p = positions[k];
-      uint64_t pos = 0;
-      Probe(s, keys[p], hashes[p], &pos);  // missing: the empty position
-      (*records)[p] = InsertAt(s, keys[p], hashes[p], pos, step, sighting ? occurrences[p] : 0, ctx);
-    }
+    // Each key is missing (and each once): Walk gives the empty position where it goes.
+    Walk(s, keys, hashes, positions.data(), static_cast<int64_t>(positions.size()),
+         /*record_prefix=*/0, [&](int32_t p, bool /*held*/, uint64_t pos) {
+           (*records)[p] =
+               InsertAt(s, keys[p], hashes[p], pos, step, sighting ? occurrences[p] : 0, ctx);
+         });
     admitted_.fetch_add(static_cast<int64_t>(positions.size()), std::memory_order_relaxed);
   });
   for (size_t i = 0; i < later.size(); ++i) {
@@ -913,25 +963,23 @@ absl::Status DynamicShard::Update(const UpdateOpView& op, const DynamicOpContext
                                      std::memory_order_relaxed);
         return;
       }
-      for (size_t k = 0; k < positions.size(); ++k) {
-        PrefetchAhead(s, hashes.data(), positions, static_cast<int64_t>(k), record_bytes_);
-        const int32_t p = positions[k];
-        if (grad[p] == nullptr) continue;
-        uint64_t pos = 0;
-        if (!Probe(s, keys[p], hashes[p], &pos) ||
-            Expired(Header(Record(s, EntryRecord(s.index[pos])))->step)) {
-          dropped_gradients_.fetch_add(1, std::memory_order_relaxed);
-          continue;
-        }
-        char* record = Record(s, EntryRecord(s.index[pos]));
-        RecordHeader* h = Header(record);
-        Touch(&h->step, step);
-        h->generation = ctx.generation;
-        float* var = Floats(record);
-        float* slot_rows[4];
-        for (int slot = 0; slot < num_slots_; ++slot) slot_rows[slot] = var + (slot + 1) * dim_;
-        optimizer_->ApplyRow(var, slot_rows, grad[p], dim_, scalars);
-      }
+      Walk(s, keys.data(), hashes.data(), positions.data(),
+           static_cast<int64_t>(positions.size()), record_bytes_,
+           [&](int32_t p, bool held, uint64_t pos) {
+             if (grad[p] == nullptr) return;  // a repeat, summed into its first position
+             char* record = held ? Record(s, EntryRecord(s.index[pos])) : nullptr;
+             if (record == nullptr || Expired(Header(record)->step)) {
+               dropped_gradients_.fetch_add(1, std::memory_order_relaxed);
+               return;
+             }
+             RecordHeader* h = Header(record);
+             Touch(&h->step, step);
+             h->generation = ctx.generation;
+             float* var = Floats(record);
+             float* slot_rows[4];
+             for (int slot = 0; slot < num_slots_; ++slot) slot_rows[slot] = var + (slot + 1) * dim_;
+             optimizer_->ApplyRow(var, slot_rows, grad[p], dim_, scalars);
+           });
     });
     return absl::OkStatus();
   }

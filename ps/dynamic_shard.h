@@ -174,12 +174,16 @@ class DynamicShard {
   // Finds `key` (`hash` = its StripeHash): true and its index position, or false and the empty
   // position where it would go.
   inline bool Probe(const Stripe& s, int64_t key, uint64_t hash, uint64_t* pos) const;
-  // The prefetches for position k of a stripe's positions (its first call, k = 0, starts the
-  // pipeline): the index entry of position k + 16, and the first `record_prefix` bytes of the
-  // record of position k + 8 (from its home entry, which has had time to arrive). A stripe with an
-  // index only.
-  void PrefetchAhead(const Stripe& s, const uint64_t* hashes, const std::vector<int32_t>& positions,
-                     int64_t k, int64_t record_prefix) const;
+  // Walks `n` positions of one stripe in order, calling fn(p, held, pos) for each position p =
+  // positions[k]: `held` says whether keys[p] is in the index, `pos` is its index position (or,
+  // if not held, the empty position where it would go). A pipeline hides the memory's latency:
+  // the home index entry of the key kIndexAhead positions ahead is prefetched; kRecordAhead ahead,
+  // the key's entry is found by its tag in the (by then arrived) index and the first
+  // `record_prefix` bytes of its record are prefetched. fn may erase or insert (its lock is held):
+  // a position found ahead is checked again before use, and probed afresh if it changed.
+  template <typename Fn>
+  void Walk(const Stripe& s, const int64_t* keys, const uint64_t* hashes, const int32_t* positions,
+            int64_t n, int64_t record_prefix, Fn&& fn) const;
   // Makes room for `new_keys` more keys in `s` (blocks and index), reserving their memory.
   // Errors: kResourceExhausted, with nothing changed.
   absl::Status MakeRoom(Stripe& s, int64_t new_keys);
@@ -238,6 +242,8 @@ class DynamicShard {
   size_t small_blocks_ = 0;
   uint32_t small_records_ = 0;
   uint32_t big_block_records_ = 1;
+  // i / big_block_records_ as (i * big_block_magic_) >> 64 (exact for 32-bit i; 0: divide by 1).
+  uint64_t big_block_magic_ = 0;
   int64_t capacity_ = 0;
   int64_t ttl_ = 0;
   std::unique_ptr<Optimizer> optimizer_;

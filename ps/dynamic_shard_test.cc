@@ -477,6 +477,36 @@ TEST(DynamicShardTest, LookupSplitOverThePool_EveryPresentKeyReadsItsRow) {
   }
 }
 
+// A request's keys are probed ahead of their turn (DynamicShard::Walk); erasing expired keys
+// shifts index entries back and inserting fills empty ones while the request runs. Every key must
+// still be found where it is: the live ones read their rows, the expired ones are stored afresh.
+TEST(DynamicShardTest, ExpiredKeysErasedAndStoredMidRequest_EveryOtherKeyStillFound) {
+  VariableShardDef def = Def();
+  def.mutable_dynamic()->set_ttl_steps(80);  // sweeps at most every 10 steps
+  auto shard = Make(def);
+  std::vector<int64_t> keys(6000);
+  std::vector<float> values(keys.size() * kDim);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    keys[i] = static_cast<int64_t>(i) * 7919 + 1;
+    for (int64_t d = 0; d < kDim; ++d) values[i * kDim + d] = static_cast<float>(i) + 0.25f * d;
+  }
+  ASSERT_TRUE(Apply(*shard, UpdateOp::ASSIGN, keys, values, /*step=*/1).ok());
+  std::vector<int64_t> kept;
+  for (size_t i = 0; i < keys.size(); i += 2) kept.push_back(keys[i]);
+  Lookup(*shard, kept, /*insert=*/true, /*step=*/50);
+  Lookup(*shard, {-5}, /*insert=*/true, /*step=*/80);  // a sweep (nothing expired yet); the next at 90
+  // Step 85: the odd positions' keys (last step 1) have expired and no sweep has taken them: the
+  // request itself finds them expired, erases them and stores them afresh.
+  const std::vector<float> rows = Lookup(*shard, keys, /*insert=*/true, /*step=*/85);
+  EXPECT_EQ(shard->Stats().evicted_ttl(), static_cast<int64_t>(keys.size() / 2));
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const std::vector<float> expected = i % 2 == 0 ? Row(values, i) : InitialRow(keys[i]);
+    ASSERT_EQ(Row(rows, i), expected) << "key " << keys[i] << " at position " << i;
+  }
+  EXPECT_EQ(shard->Size(), static_cast<int64_t>(keys.size()) + 1);
+  EXPECT_EQ(Lookup(*shard, keys, /*insert=*/false, /*step=*/85), rows);
+}
+
 // At steady state a key costs at most 1.5x its row and slots (16 floats + Adagrad's accumulator:
 // 128 bytes): a 152-byte record plus 8-16 bytes of index and the last block's unused part.
 TEST(DynamicShardTest, BytesPerKey_AtMostOneAndAHalfRowAndSlots) {
