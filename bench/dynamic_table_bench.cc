@@ -311,6 +311,55 @@ void MeasureOwnWork(const Timing& timing, const Workload& w, double gather_limit
   j["ratio_to_fixed"] = Round(dyn_push.per_sec() / fixed_push.per_sec());
   Emit(j);
 
+  // Inserts of keys all new into memory a table freed (no first touch): a table of its own filled
+  // with up to 1M keys (untimed), then rounds of erasing them and storing as many others (only
+  // the stores timed, a request at a time) until the figure's time is spent; the median round.
+  {
+    const int64_t n = std::min<int64_t>(w.keys, int64_t{1} << 20);
+    if (absl::Status s = store.CreateShards({DynamicDef("rec")}).status(); !s.ok()) {
+      Die(s, "local store");
+    }
+    auto fill = [&](int64_t first) {
+      const absl::Time start = absl::Now();
+      for (const LookupRequest& r : InsertRequests("rec", first, n, w.per_request)) {
+        LookupResponse response;
+        if (absl::Status s = store.Lookup(r, &response); !s.ok()) Die(s, "local insert");
+      }
+      return absl::ToDoubleSeconds(absl::Now() - start);
+    };
+    auto erase = [&](int64_t first) {
+      UpdateRequest request;
+      for (const LookupRequest& r : InsertRequests("rec", first, n, w.per_request)) {
+        UpdateOp* op = request.add_ops();
+        op->set_shard("rec");
+        op->set_kind(UpdateOp::ERASE);
+        op->set_ids(r.ops(0).ids());
+      }
+      if (absl::Status s = store.Update(request); !s.ok()) Die(s, "local erase");
+    };
+    int64_t first = w.keys * 3;
+    fill(first);
+    std::vector<double> rates;
+    double spent = 0;
+    while (spent < absl::ToDoubleSeconds(timing.duration) || rates.size() < 3) {
+      erase(first);
+      first += n;
+      const double secs = fill(first);
+      spent += secs;
+      rates.push_back(n / secs);
+    }
+    std::sort(rates.begin(), rates.end());
+    const double median = rates[rates.size() / 2];
+    json j = Base("own_work.store.dynamic_insert_recycled", median / 1e6, "M rows/s");
+    j["detail"] = "VariableStore::Lookup, training lookups of keys all new, into memory the "
+                  "table freed (erased keys), one request at a time; the median of the rounds";
+    j["keys_per_round"] = n;
+    j["rounds"] = rates.size();
+    j["range"] = {Round(rates.front() / 1e6), Round(rates.back() / 1e6)};
+    j["ratio_to_fixed"] = Round(median / fixed_lookup.per_sec() / rows);
+    Emit(j);
+  }
+
   // One thread, like for like: the dynamic shard without a pool, and a flat_hash_map.
   std::shared_ptr<DynamicShard> shard = store.FindDynamic("dyn");
   std::vector<float> out(w.per_request * kDim);

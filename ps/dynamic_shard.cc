@@ -36,6 +36,16 @@ inline const float* Floats(const char* record) {
   return reinterpret_cast<const float*>(record + sizeof(RecordHeader));
 }
 
+// Prefetches every line of [p, p + bytes). Read prefetches (rw 0): a write prefetch needs
+// PREFETCHW, which GCC targets only when told the CPU has it (-march=native), and otherwise emits
+// nothing at all.
+inline __attribute__((always_inline)) void PrefetchLines(const void* p, int64_t bytes) {
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(p);
+  for (uintptr_t line = begin & ~uintptr_t{63}; line < begin + bytes; line += 64) {
+    __builtin_prefetch(reinterpret_cast<const void*>(line));
+  }
+}
+
 // A row copy: rows of 16 floats (the common width) as four 16-byte moves, others by memcpy.
 inline void CopyRow(char* to, const float* from, int64_t bytes) {
   if (bytes == 64) {
@@ -313,9 +323,7 @@ inline __attribute__((always_inline)) void DynamicShard::Walk(const Stripe& s, c
   const uint64_t mask = s.mask;
   // Stage 1 (the home entry's line) is written out where it is used, not as a lambda: GCC deems a
   // function that only prefetches side-effect free and drops calls to one it doesn't inline.
-  // Stage 2: the key's entry by tag, then its record's lines. Read prefetches (rw 0): a write
-  // prefetch needs PREFETCHW, which GCC targets only when told the CPU has it (-march=native), and
-  // otherwise emits nothing at all.
+  // Stage 2: the key's entry by tag, then its record's lines.
   auto stage2 = [&](int64_t j) __attribute__((always_inline)) {
     const uint32_t tag = Tag(hashes[positions[j]]);
     for (uint64_t i = tag & mask;; i = (i + 1) & mask) {
@@ -326,10 +334,7 @@ inline __attribute__((always_inline)) void DynamicShard::Walk(const Stripe& s, c
       }
       if (EntryTag(e) == tag) {
         found[j & (kWalkRing - 1)] = i;
-        const uintptr_t begin = reinterpret_cast<uintptr_t>(Record(s, EntryRecord(e)));
-        for (uintptr_t line = begin & ~uintptr_t{63}; line < begin + record_prefix; line += 64) {
-          __builtin_prefetch(reinterpret_cast<const void*>(line));
-        }
+        PrefetchLines(Record(s, EntryRecord(e)), record_prefix);
         return;
       }
     }
@@ -636,34 +641,55 @@ absl::Status DynamicShard::ValidateKeys(absl::string_view keys, absl::string_vie
   return absl::OkStatus();
 }
 
-void DynamicShard::ForEachStripe(const std::vector<std::vector<int32_t>>& by_stripe,
-                                 ThreadPool* pool, const std::function<void(int)>& fn) const {
-  std::vector<int> busy;
-  int64_t total = 0;
+void DynamicShard::HashAndGroup(const char* bytes, int64_t n, std::vector<int64_t>* keys,
+                                std::vector<uint64_t>* hashes, Groups* groups) {
+  keys->resize(static_cast<size_t>(n));
+  hashes->resize(static_cast<size_t>(n));
+  if (n > 0) std::memcpy(keys->data(), bytes, static_cast<size_t>(n) * 8);
+  int64_t count[kStripes] = {};
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t h = StripeHash((*keys)[i]);
+    (*hashes)[i] = h;
+    ++count[StripeOf(h)];
+  }
+  int64_t next[kStripes];
+  groups->begin[0] = 0;
   for (int i = 0; i < kStripes; ++i) {
-    if (!by_stripe[i].empty()) busy.push_back(i);
-    total += static_cast<int64_t>(by_stripe[i].size());
+    next[i] = groups->begin[i];
+    groups->begin[i + 1] = groups->begin[i] + count[i];
+  }
+  groups->positions.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    groups->positions[next[StripeOf((*hashes)[i])]++] = static_cast<int32_t>(i);
+  }
+}
+
+void DynamicShard::ForEachStripe(const Groups& groups, ThreadPool* pool,
+                                 const std::function<void(int)>& fn) const {
+  int busy[kStripes];
+  int num_busy = 0;
+  for (int i = 0; i < kStripes; ++i) {
+    if (groups.size(i) > 0) busy[num_busy++] = i;
   }
   // Small requests on this thread alone: waking a helper costs more than it saves.
-  if (total < 4096) pool = nullptr;
-  ParallelFor(pool, static_cast<int64_t>(busy.size()), [&](int64_t k) {
+  if (groups.begin[kStripes] < 4096) pool = nullptr;
+  ParallelFor(pool, num_busy, [&](int64_t k) {
     absl::MutexLock lock(&stripes_[busy[k]].mu);
     fn(busy[k]);
   });
 }
 
-void DynamicShard::Find(const int64_t* keys, const uint64_t* hashes,
-                        const std::vector<std::vector<int32_t>>& by_stripe, bool sighting,
-                        bool may_sweep, const DynamicOpContext& ctx, std::vector<uint8_t>* found,
-                        char* out, ThreadPool* pool) {
+int64_t DynamicShard::Find(const int64_t* keys, const uint64_t* hashes, const Groups& groups,
+                           bool sighting, bool may_sweep, const DynamicOpContext& ctx,
+                           std::vector<uint8_t>* found, char* out, ThreadPool* pool) {
   const int64_t rb = row_bytes();
   const uint32_t step = EffectiveStep(ctx);
-  ForEachStripe(by_stripe, pool, [&](int stripe) {
+  std::atomic<int64_t> found_count{0};
+  ForEachStripe(groups, pool, [&](int stripe) {
     Stripe& s = stripes_[stripe];
-    const std::vector<int32_t>& positions = by_stripe[stripe];
     if (s.index == nullptr) return;  // nothing stored yet: every key is missing
-    Walk(s, keys, hashes, positions.data(), static_cast<int64_t>(positions.size()),
-         kHeaderBytes + rb, [&](int32_t p, bool held, uint64_t pos) __attribute__((always_inline)) {
+    int64_t here = 0;
+    Walk(s, keys, hashes, groups.of(stripe), groups.size(stripe), kHeaderBytes + rb, [&](int32_t p, bool held, uint64_t pos) __attribute__((always_inline)) {
            if (!held) return;
            char* record = Record(s, EntryRecord(s.index[pos]));
            RecordHeader* h = Header(record);
@@ -682,19 +708,75 @@ void DynamicShard::Find(const int64_t* keys, const uint64_t* hashes,
            // Copied now, under the stripe's lock: once it is released the record may be evicted.
            if (out != nullptr) CopyRow(out + p * rb, Floats(record), rb);
            (*found)[p] = 1;
+           ++here;
          });
+    found_count.fetch_add(here, std::memory_order_relaxed);
   });
+  return found_count.load(std::memory_order_relaxed);
 }
 
-std::vector<std::vector<int32_t>> DynamicShard::ByStripe(const uint64_t* hashes,
-                                                          const int32_t* positions,
-                                                          size_t count) const {
-  std::vector<std::vector<int32_t>> by_stripe(kStripes);
-  for (auto& v : by_stripe) v.reserve(count / kStripes + count / 32 + 4);
-  for (size_t i = 0; i < count; ++i) {
-    by_stripe[StripeOf(hashes[positions[i]])].push_back(positions[i]);
+DynamicShard::Groups DynamicShard::ByStripe(const uint64_t* hashes, const int32_t* positions,
+                                           size_t count) {
+  Groups groups;
+  int64_t stripe_count[kStripes] = {};
+  for (size_t i = 0; i < count; ++i) ++stripe_count[StripeOf(hashes[positions[i]])];
+  int64_t next[kStripes];
+  for (int i = 0; i < kStripes; ++i) {
+    next[i] = groups.begin[i];
+    groups.begin[i + 1] = groups.begin[i] + stripe_count[i];
   }
-  return by_stripe;
+  groups.positions.resize(count);
+  for (size_t i = 0; i < count; ++i) {
+    groups.positions[next[StripeOf(hashes[positions[i]])]++] = positions[i];
+  }
+  return groups;
+}
+
+absl::Status DynamicShard::InsertMissingUnbounded(const int64_t* keys, const uint64_t* hashes,
+                                                  const std::vector<int32_t>& missing,
+                                                  bool sighting, const DynamicOpContext& ctx,
+                                                  std::vector<char*>* records, ThreadPool* pool) {
+  const uint32_t step = EffectiveStep(ctx);
+  const Groups groups = ByStripe(hashes, missing.data(), missing.size());
+  // Memory first, for every position (some may be held by now, or repeat another: room to spare
+  // stays reserved for later inserts), so that a failure stores nothing.
+  for (int i = 0; i < kStripes; ++i) RETURN_IF_ERROR(MakeRoom(stripes_[i], groups.size(i)));
+  int busy[kStripes];
+  int num_busy = 0;
+  for (int i = 0; i < kStripes; ++i) {
+    if (groups.size(i) > 0) busy[num_busy++] = i;
+  }
+  // Every stripe is locked by the caller: a stripe per piece, on the pool's threads too.
+  ParallelFor(missing.size() < 4096 ? nullptr : pool, num_busy, [&](int64_t piece) {
+    Stripe& s = stripes_[busy[piece]];
+    const int64_t n = groups.size(busy[piece]);
+    int64_t inserted = 0;
+    // One walk finds or stores each key: a key another request stored since this one looked (or
+    // that repeats one stored just before) counts a sighting; an expired one is stored afresh.
+    Walk(s, keys, hashes, groups.of(busy[piece]), n, kHeaderBytes,
+         [&](int32_t p, bool held, uint64_t pos) __attribute__((always_inline)) {
+           if (held) {
+             char* record = Record(s, EntryRecord(s.index[pos]));
+             RecordHeader* h = Header(record);
+             if (!Expired(h->step)) {
+               if (sighting) {
+                 h->count = SaturatingAdd(h->count, 1);
+                 Touch(&h->step, step);
+                 h->generation = ctx.generation;
+               }
+               (*records)[p] = record;
+               return;
+             }
+             EraseAt(s, pos, ctx);
+             evicted_ttl_.fetch_add(1, std::memory_order_relaxed);
+             Probe(s, keys[p], hashes[p], &pos);  // now missing: the empty position
+           }
+           (*records)[p] = InsertAt(s, keys[p], hashes[p], pos, step, sighting ? 1 : 0, ctx);
+           ++inserted;
+         });
+    admitted_.fetch_add(inserted, std::memory_order_relaxed);
+  });
+  return absl::OkStatus();
 }
 
 absl::Status DynamicShard::InsertMissing(const int64_t* keys, const uint64_t* hashes,
@@ -704,27 +786,27 @@ absl::Status DynamicShard::InsertMissing(const int64_t* keys, const uint64_t* ha
   const uint32_t step = EffectiveStep(ctx);
   // Every stripe is locked by the caller: pieces of the work can run on the pool's threads, one
   // stripe each, as long as each stays in its stripe.
-  auto each_stripe = [&](const std::vector<std::vector<int32_t>>& groups,
-                         const std::function<void(int stripe)>& fn) {
-    std::vector<int> busy;
-    size_t total = 0;
+  auto each_stripe = [&](const Groups& groups, const std::function<void(int stripe)>& fn) {
+    int busy[kStripes];
+    int num_busy = 0;
     for (int i = 0; i < kStripes; ++i) {
-      if (!groups[i].empty()) busy.push_back(i);
-      total += groups[i].size();
+      if (groups.size(i) > 0) busy[num_busy++] = i;
     }
-    ParallelFor(total < 4096 ? nullptr : pool, static_cast<int64_t>(busy.size()),
+    ParallelFor(groups.begin[kStripes] < 4096 ? nullptr : pool, num_busy,
                 [&](int64_t k) { fn(busy[k]); });
   };
+
+  if ((!admission || sketch_.empty()) && capacity_ == 0) {
+    return InsertMissingUnbounded(keys, hashes, missing, sighting, ctx, records, pool);
+  }
 
   // 1. Which positions are still missing (another request may have stored some meanwhile): a
   //    probe per position, prefetched, a stripe per piece. state[p]: 1 held now, 2 missing.
   std::vector<uint8_t> state(records->size(), 0);
-  const std::vector<std::vector<int32_t>> missing_by_stripe =
-      ByStripe(hashes, missing.data(), missing.size());
+  const Groups missing_by_stripe = ByStripe(hashes, missing.data(), missing.size());
   each_stripe(missing_by_stripe, [&](int stripe) {
     Stripe& s = stripes_[stripe];
-    const std::vector<int32_t>& positions = missing_by_stripe[stripe];
-    Walk(s, keys, hashes, positions.data(), static_cast<int64_t>(positions.size()), kHeaderBytes,
+    Walk(s, keys, hashes, missing_by_stripe.of(stripe), missing_by_stripe.size(stripe), kHeaderBytes,
          [&](int32_t p, bool held, uint64_t pos) __attribute__((always_inline)) {
            state[p] = 2;
            if (!held) return;
@@ -819,18 +901,17 @@ absl::Status DynamicShard::InsertMissing(const int64_t* keys, const uint64_t* ha
       rejected_.fetch_add(k.occurrences, std::memory_order_relaxed);
     }
   }
-  const std::vector<std::vector<int32_t>> stored_by_stripe =
-      ByStripe(hashes, stored.data(), stored.size());
+  const Groups stored_by_stripe = ByStripe(hashes, stored.data(), stored.size());
   each_stripe(stored_by_stripe, [&](int stripe) {
     Stripe& s = stripes_[stripe];
-    const std::vector<int32_t>& positions = stored_by_stripe[stripe];
+    const int64_t stored_here = stored_by_stripe.size(stripe);
     // Each key is missing (and each once): Walk gives the empty position where it goes.
-    Walk(s, keys, hashes, positions.data(), static_cast<int64_t>(positions.size()),
-         /*record_prefix=*/0, [&](int32_t p, bool /*held*/, uint64_t pos) __attribute__((always_inline)) {
+    Walk(s, keys, hashes, stored_by_stripe.of(stripe), stored_here, /*record_prefix=*/0,
+         [&](int32_t p, bool /*held*/, uint64_t pos) __attribute__((always_inline)) {
            (*records)[p] =
                InsertAt(s, keys[p], hashes[p], pos, step, sighting ? occurrences[p] : 0, ctx);
          });
-    admitted_.fetch_add(static_cast<int64_t>(positions.size()), std::memory_order_relaxed);
+    admitted_.fetch_add(stored_here, std::memory_order_relaxed);
   });
   for (size_t i = 0; i < later.size(); ++i) {
     (*records)[later[i]] = (*records)[fresh[later_of[i]].first];
@@ -852,22 +933,19 @@ absl::Status DynamicShard::Lookup(absl::string_view keys_bytes, bool insert,
     AdvanceStep(ctx.step);
     SweepDueStripes(ctx);
   }
-  std::vector<int64_t> keys(n);
-  if (n > 0) std::memcpy(keys.data(), keys_bytes.data(), static_cast<size_t>(n) * 8);
-  std::vector<uint64_t> hashes(n);
-  std::vector<std::vector<int32_t>> by_stripe(kStripes);
-  for (int64_t i = 0; i < n; ++i) {
-    hashes[i] = StripeHash(keys[i]);
-    by_stripe[StripeOf(hashes[i])].push_back(static_cast<int32_t>(i));
-  }
+  std::vector<int64_t> keys;
+  std::vector<uint64_t> hashes;
+  Groups groups;
+  HashAndGroup(keys_bytes.data(), n, &keys, &hashes, &groups);
   std::vector<uint8_t> found(n, 0);  // bytes: pieces on other threads write their own
-  Find(keys.data(), hashes.data(), by_stripe, /*sighting=*/insert, /*may_sweep=*/insert, ctx,
-       &found, out, pool);
+  if (Find(keys.data(), hashes.data(), groups, /*sighting=*/insert, /*may_sweep=*/insert, ctx,
+           &found, out, pool) == n) {
+    return absl::OkStatus();
+  }
   std::vector<int32_t> missing;
   for (int64_t i = 0; i < n; ++i) {
     if (!found[i]) missing.push_back(static_cast<int32_t>(i));
   }
-  if (missing.empty()) return absl::OkStatus();
   const int64_t rb = row_bytes();
   std::vector<char*> records(n, nullptr);
   if (insert) {
@@ -927,20 +1005,17 @@ absl::Status DynamicShard::Update(const UpdateOpView& op, const DynamicOpContext
   const int64_t n = static_cast<int64_t>(op.ids.size() / 8);
   AdvanceStep(ctx.step);
   SweepDueStripes(ctx);
-  std::vector<int64_t> keys(n);
-  if (n > 0) std::memcpy(keys.data(), op.ids.data(), static_cast<size_t>(n) * 8);
-  std::vector<uint64_t> hashes(n);
-  std::vector<std::vector<int32_t>> by_stripe(kStripes);
-  for (int64_t i = 0; i < n; ++i) {
-    hashes[i] = StripeHash(keys[i]);
-    by_stripe[StripeOf(hashes[i])].push_back(static_cast<int32_t>(i));
-  }
+  std::vector<int64_t> keys;
+  std::vector<uint64_t> hashes;
+  Groups by_stripe;
+  HashAndGroup(op.ids.data(), n, &keys, &hashes, &by_stripe);
   const uint32_t step = EffectiveStep(ctx);
 
   if (op.kind == UpdateOp::ERASE) {
     ForEachStripe(by_stripe, /*pool=*/nullptr, [&](int stripe) {
       Stripe& s = stripes_[stripe];
-      for (int32_t p : by_stripe[stripe]) {
+      for (int64_t k = 0; k < by_stripe.size(stripe); ++k) {
+        const int32_t p = by_stripe.of(stripe)[k];
         uint64_t pos = 0;
         if (Probe(s, keys[p], hashes[p], &pos)) {
           EraseAt(s, pos, ctx);
@@ -982,14 +1057,13 @@ absl::Status DynamicShard::Update(const UpdateOpView& op, const DynamicOpContext
     std::vector<char*> records(n, nullptr);
     ForEachStripe(by_stripe, pool, [&](int stripe) {
       Stripe& s = stripes_[stripe];
-      const std::vector<int32_t>& positions = by_stripe[stripe];
       if (s.index == nullptr) {
-        dropped_gradients_.fetch_add(static_cast<int64_t>(positions.size()),
+        dropped_gradients_.fetch_add(by_stripe.size(stripe),
                                      std::memory_order_relaxed);
         return;
       }
-      Walk(s, keys.data(), hashes.data(), positions.data(),
-           static_cast<int64_t>(positions.size()), record_bytes_,
+      Walk(s, keys.data(), hashes.data(), by_stripe.of(stripe), by_stripe.size(stripe),
+           record_bytes_,
            [&](int32_t p, bool held, uint64_t pos) __attribute__((always_inline)) {
              if (grad[p] == nullptr) return;  // a repeat, summed into its first position
              char* record = held ? Record(s, EntryRecord(s.index[pos])) : nullptr;

@@ -205,9 +205,21 @@ class DynamicShard {
   // Whether a key seen `occurrences` more times is admitted now (the sketch is not changed).
   bool Admits(int64_t key, uint32_t occurrences) const;
 
-  // Runs fn(stripe index) for each stripe with positions in by_stripe, each under its lock, over
+  // A request's positions grouped by the stripe of their key (a counting sort): stripe i's are
+  // positions[begin[i], begin[i + 1]), in their order in the request.
+  struct Groups {
+    std::vector<int32_t> positions;
+    int64_t begin[kStripes + 1] = {};
+    const int32_t* of(int stripe) const { return positions.data() + begin[stripe]; }
+    int64_t size(int stripe) const { return begin[stripe + 1] - begin[stripe]; }
+  };
+  // Copies `n` keys from `bytes` into `keys`, their StripeHash into `hashes`, and groups every
+  // position by stripe.
+  static void HashAndGroup(const char* bytes, int64_t n, std::vector<int64_t>* keys,
+                           std::vector<uint64_t>* hashes, Groups* groups);
+  // Runs fn(stripe index) for each stripe with positions in `groups`, each under its lock, over
   // `pool`.
-  void ForEachStripe(const std::vector<std::vector<int32_t>>& by_stripe, ThreadPool* pool,
+  void ForEachStripe(const Groups& groups, ThreadPool* pool,
                      const std::function<void(int)>& fn) const;
   // The request's effective step: its own, or the shard's when it gave none.
   uint32_t EffectiveStep(const DynamicOpContext& ctx) const;
@@ -215,21 +227,26 @@ class DynamicShard {
   int64_t FullStep(uint32_t record_step) const;
   // Finds every key, copying its row to `out` (if not null) under its stripe's lock; for training
   // lookups counts each found key's sighting. found[p]: the key at p is held (and unexpired).
-  void Find(const int64_t* keys, const uint64_t* hashes,
-            const std::vector<std::vector<int32_t>>& by_stripe, bool sighting, bool may_sweep,
-            const DynamicOpContext& ctx, std::vector<uint8_t>* found, char* out,
-            ThreadPool* pool);
+  // Returns how many positions were found.
+  int64_t Find(const int64_t* keys, const uint64_t* hashes, const Groups& groups, bool sighting,
+               bool may_sweep, const DynamicOpContext& ctx, std::vector<uint8_t>* found,
+               char* out, ThreadPool* pool);
   // With every stripe locked: stores the keys at `missing` that are still missing, subject to
   // admission if `admission`, and counts sightings; records[p] is then the record of every
   // position of `missing` whose key is held (valid while the stripes stay locked).
   // Errors: kResourceExhausted, nothing stored.
+  // InsertMissing when no key can be turned away (admission off or not asked, no capacity): one
+  // walk per stripe finds or stores each key, repeats included.
+  absl::Status InsertMissingUnbounded(const int64_t* keys, const uint64_t* hashes,
+                                      const std::vector<int32_t>& missing, bool sighting,
+                                      const DynamicOpContext& ctx, std::vector<char*>* records,
+                                      ThreadPool* pool);
   absl::Status InsertMissing(const int64_t* keys, const uint64_t* hashes,
                              const std::vector<int32_t>& missing, bool admission,
                              bool sighting, const DynamicOpContext& ctx,
                              std::vector<char*>* records, ThreadPool* pool);
   // `positions` grouped by the stripe of their key, in order.
-  std::vector<std::vector<int32_t>> ByStripe(const uint64_t* hashes, const int32_t* positions,
-                                             size_t count) const;
+  static Groups ByStripe(const uint64_t* hashes, const int32_t* positions, size_t count);
   void LockAll() const;
   void UnlockAll() const;
 

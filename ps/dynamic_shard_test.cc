@@ -164,6 +164,20 @@ TEST(DynamicShardTest, TrainingLookup_StoresKeysWithInitialRowsSeededByKey) {
   EXPECT_EQ(Lookup(*other, {key}, true, 1), InitialRow(key));
 }
 
+// Every occurrence of a key in a training lookup is a sighting, whether the key is stored by that
+// lookup (repeats of a new key), held already, or both in one request.
+TEST(DynamicShardTest, TrainingLookup_RepeatedKeys_EachOccurrenceCounted) {
+  auto shard = Make(Def());
+  Lookup(*shard, {9}, /*insert=*/true, /*step=*/1);
+  const std::vector<int64_t> keys = {5, 9, 5, 7, 5, 9};
+  std::vector<float> got = Lookup(*shard, keys, /*insert=*/true, /*step=*/2);
+  for (size_t i = 0; i < keys.size(); ++i) EXPECT_EQ(Row(got, i), InitialRow(keys[i])) << i;
+  std::map<int64_t, uint32_t> counts;
+  shard->ForEachRecord(/*since=*/0, [&](const DynamicRecordView& r) { counts[r.key] = r.count; });
+  EXPECT_EQ(counts, (std::map<int64_t, uint32_t>{{5, 3}, {7, 1}, {9, 3}}));
+  EXPECT_EQ(shard->Stats().admitted(), 3);
+}
+
 TEST(DynamicShardTest, EvaluationLookup_NeverInserts_ReadsTheDefault) {
   VariableShardDef def = Def();
   def.mutable_dynamic()->set_default_value(0.25f);
@@ -508,7 +522,7 @@ TEST(DynamicShardTest, ExpiredKeysErasedAndStoredMidRequest_EveryOtherKeyStillFo
 }
 
 // At steady state a key costs at most 1.5x its row and slots (16 floats + Adagrad's accumulator:
-// 128 bytes): a 152-byte record plus 8-16 bytes of index and the last block's unused part.
+// 128 bytes): a 160-byte record (152 padded to keep header and row on two lines) plus 8-16 bytes of index and the last block's unused part.
 TEST(DynamicShardTest, BytesPerKey_AtMostOneAndAHalfRowAndSlots) {
   VariableShardDef def = Def();
   def.clear_full_shape();

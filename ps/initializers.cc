@@ -104,9 +104,47 @@ void InitializeFloat(const InitializerDef& init, int64_t first_element, int64_t 
 }
 
 void InitializeFloatForKey(const InitializerDef& init, int64_t key, int64_t count, float* out) {
-  // A seed of its own per key; elements are then numbered from 0.
-  const uint64_t key_seed = Mix(init.seed() ^ Mix(static_cast<uint64_t>(key) ^ 0x6a09e667f3bcc909ULL));
-  InitializeFloatSeeded(init, key_seed, 0, count, out);
+  // A stream of its own per key (a dynamic table draws a row at every insert, so this is on its
+  // hot path): draw n is Mix(key_seed + n * gamma), SplitMix64's sequence, and each 64-bit draw
+  // gives two 32-bit uniforms in (0, 1) (24 bits each, a float's precision): one Mix per two
+  // elements, where InitializeFloat spends two per element.
+  const uint64_t key_seed =
+      Mix(init.seed() ^ Mix(static_cast<uint64_t>(key) ^ 0x6a09e667f3bcc909ULL));
+  constexpr uint64_t kGamma = 0x9e3779b97f4a7c15ULL;
+  constexpr double kTwoTo24 = 16777216.0;
+  auto half = [](uint64_t bits) { return (static_cast<double>(bits >> 8) + 0.5) / kTwoTo24; };
+  switch (init.kind()) {
+    case InitializerDef::UNIFORM: {
+      const double lo = init.minval(), span = init.maxval() - init.minval();
+      for (int64_t i = 0; i < count; i += 2) {
+        const uint64_t bits = Mix(key_seed + static_cast<uint64_t>(i / 2) * kGamma);
+        out[i] = static_cast<float>(lo + span * half(bits & 0xffffffffULL));
+        if (i + 1 < count) out[i + 1] = static_cast<float>(lo + span * half(bits >> 32));
+      }
+      return;
+    }
+    case InitializerDef::NORMAL:
+    case InitializerDef::TRUNCATED_NORMAL: {
+      // Box-Muller, both of a draw's normals; truncated: values beyond two standard deviations
+      // are drawn again (as TF), from the stream's next draws.
+      const bool truncated = init.kind() == InitializerDef::TRUNCATED_NORMAL;
+      uint64_t n = 0;
+      for (int64_t i = 0; i < count;) {
+        const uint64_t bits = Mix(key_seed + n++ * kGamma);
+        const double r = std::sqrt(-2.0 * std::log(half(bits & 0xffffffffULL)));
+        const double theta = 6.283185307179586 * half(bits >> 32);
+        for (const double z : {r * std::cos(theta), r * std::sin(theta)}) {
+          if (i == count) break;
+          if (truncated && std::fabs(z) > 2.0 && n < 1000 * static_cast<uint64_t>(count)) continue;
+          out[i++] = static_cast<float>(init.mean() + init.stddev() * z);
+        }
+      }
+      return;
+    }
+    default:  // zeros, constant
+      InitializeFloatSeeded(init, key_seed, 0, count, out);
+      return;
+  }
 }
 
 void InitializeInt64(const InitializerDef& init, int64_t /*first_element*/, int64_t count,

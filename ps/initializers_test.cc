@@ -62,6 +62,52 @@ TEST(InitializersTest, Distributions_MomentsAndBounds) {
   }
 }
 
+// A dynamic table's rows: the same distributions from a stream of the key's own.
+TEST(InitializersTest, ForKey_DistributionsMomentsBoundsAndDeterminism) {
+  const int keys = 20000, dim = 5;  // an odd width: the last element of a row uses half a draw
+  std::vector<float> v(keys * dim);
+  auto fill = [&](InitializerDef::Kind kind) {
+    for (int k = 0; k < keys; ++k) {
+      InitializeFloatForKey(Def(kind), /*key=*/k * 7919 - 12345, dim, v.data() + k * dim);
+    }
+  };
+  fill(InitializerDef::UNIFORM);
+  double sum = 0;
+  for (float x : v) {
+    EXPECT_GE(x, -0.5f);
+    EXPECT_LT(x, 0.5f);
+    sum += x;
+  }
+  EXPECT_NEAR(sum / v.size(), 0.0, 0.01);
+  std::vector<float> row(dim);
+  InitializeFloatForKey(Def(InitializerDef::UNIFORM), /*key=*/7919 - 12345, dim, row.data());
+  EXPECT_EQ(row, std::vector<float>(v.begin() + dim, v.begin() + 2 * dim));  // the same again
+
+  fill(InitializerDef::NORMAL);
+  double mean = 0, sq = 0;
+  for (float x : v) mean += x;
+  mean /= v.size();
+  for (float x : v) sq += (x - mean) * (x - mean);
+  EXPECT_NEAR(mean, 1.0, 0.005);
+  EXPECT_NEAR(std::sqrt(sq / v.size()), 0.1, 0.005);
+
+  fill(InitializerDef::TRUNCATED_NORMAL);
+  mean = 0;
+  for (float x : v) {
+    EXPECT_GE(x, 1.0f - 0.2f - 1e-6f);
+    EXPECT_LE(x, 1.0f + 0.2f + 1e-6f);
+    mean += x;
+  }
+  EXPECT_NEAR(mean / v.size(), 1.0, 0.005);
+
+  fill(InitializerDef::CONSTANT);
+  for (float x : v) EXPECT_EQ(x, 3.0f);
+  std::vector<float> a(dim), b(dim);
+  InitializeFloatForKey(Def(InitializerDef::UNIFORM), /*key=*/1, dim, a.data());
+  InitializeFloatForKey(Def(InitializerDef::UNIFORM), /*key=*/2, dim, b.data());
+  EXPECT_NE(a, b);
+}
+
 TEST(InitializersTest, Seeds_DifferentSeedsDifferentValues) {
   std::vector<float> a(16), b(16);
   InitializerDef d = Def(InitializerDef::UNIFORM);
