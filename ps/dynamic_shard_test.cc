@@ -522,7 +522,8 @@ TEST(DynamicShardTest, ExpiredKeysErasedAndStoredMidRequest_EveryOtherKeyStillFo
 }
 
 // At steady state a key costs at most 1.5x its row and slots (16 floats + Adagrad's accumulator:
-// 128 bytes): a 160-byte record (152 padded to keep header and row on two lines) plus 8-16 bytes of index and the last block's unused part.
+// 128 bytes): a 160-byte record (152 padded to keep header and row on two lines) plus 8-16 bytes
+// of index and the last block's unused part.
 TEST(DynamicShardTest, BytesPerKey_AtMostOneAndAHalfRowAndSlots) {
   VariableShardDef def = Def();
   def.clear_full_shape();
