@@ -454,7 +454,6 @@ char* DynamicShard::InsertAt(Stripe& s, int64_t key, uint64_t hash, uint64_t pos
   s.index[pos] = Entry(hash, r);
   ++s.entries;
   ++s.live;
-  live_.fetch_add(1, std::memory_order_relaxed);
   return record;
 }
 
@@ -480,7 +479,6 @@ void DynamicShard::EraseAt(Stripe& s, uint64_t pos, const DynamicOpContext& ctx)
   s.index[i] = 0;
   --s.entries;
   --s.live;
-  live_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void DynamicShard::SweepDueStripes(const DynamicOpContext& ctx) {
@@ -735,7 +733,9 @@ DynamicShard::Groups DynamicShard::ByStripe(const uint64_t* hashes, const int32_
 absl::Status DynamicShard::InsertMissingUnbounded(const int64_t* keys, const uint64_t* hashes,
                                                   const std::vector<int32_t>& missing,
                                                   bool sighting, const DynamicOpContext& ctx,
-                                                  std::vector<char*>* records, ThreadPool* pool) {
+                                                  std::vector<char*>* records, char* out,
+                                                  ThreadPool* pool) {
+  const int64_t rb = row_bytes();
   const uint32_t step = EffectiveStep(ctx);
   const Groups groups = ByStripe(hashes, missing.data(), missing.size());
   // Memory first, for every position (some may be held by now, or repeat another: room to spare
@@ -765,13 +765,17 @@ absl::Status DynamicShard::InsertMissingUnbounded(const int64_t* keys, const uin
                  h->generation = ctx.generation;
                }
                (*records)[p] = record;
+               if (out != nullptr) CopyRow(out + p * rb, Floats(record), rb);
                return;
              }
              EraseAt(s, pos, ctx);
              evicted_ttl_.fetch_add(1, std::memory_order_relaxed);
              Probe(s, keys[p], hashes[p], &pos);  // now missing: the empty position
            }
-           (*records)[p] = InsertAt(s, keys[p], hashes[p], pos, step, sighting ? 1 : 0, ctx);
+           char* record = InsertAt(s, keys[p], hashes[p], pos, step, sighting ? 1 : 0, ctx);
+           (*records)[p] = record;
+           // Copied while the row is in cache, just written.
+           if (out != nullptr) CopyRow(out + p * rb, Floats(record), rb);
            ++inserted;
          });
     admitted_.fetch_add(inserted, std::memory_order_relaxed);
@@ -782,7 +786,8 @@ absl::Status DynamicShard::InsertMissingUnbounded(const int64_t* keys, const uin
 absl::Status DynamicShard::InsertMissing(const int64_t* keys, const uint64_t* hashes,
                                          const std::vector<int32_t>& missing, bool admission,
                                          bool sighting, const DynamicOpContext& ctx,
-                                         std::vector<char*>* records, ThreadPool* pool) {
+                                         std::vector<char*>* records, char* out,
+                                         ThreadPool* pool) {
   const uint32_t step = EffectiveStep(ctx);
   // Every stripe is locked by the caller: pieces of the work can run on the pool's threads, one
   // stripe each, as long as each stays in its stripe.
@@ -797,7 +802,7 @@ absl::Status DynamicShard::InsertMissing(const int64_t* keys, const uint64_t* ha
   };
 
   if ((!admission || sketch_.empty()) && capacity_ == 0) {
-    return InsertMissingUnbounded(keys, hashes, missing, sighting, ctx, records, pool);
+    return InsertMissingUnbounded(keys, hashes, missing, sighting, ctx, records, out, pool);
   }
 
   // 1. Which positions are still missing (another request may have stored some meanwhile): a
@@ -876,7 +881,9 @@ absl::Status DynamicShard::InsertMissing(const int64_t* keys, const uint64_t* ha
   }
   // 4. Room: evictions first (they stand even if the memory below can't be had), then memory for
   //    every stripe, so that a failure stores nothing and counts nothing.
-  if (capacity_ > 0 && live_.load(std::memory_order_relaxed) + to_store > capacity_) {
+  int64_t held = 0;
+  for (int i = 0; i < kStripes; ++i) held += stripes_[i].live;
+  if (capacity_ > 0 && held + to_store > capacity_) {
     EvictLeastRecentlyUsed(capacity_ - capacity_ / 16 - to_store, ctx);
   }
   std::vector<int32_t> stored;  // first positions of the keys to store
@@ -923,6 +930,12 @@ absl::Status DynamicShard::InsertMissing(const int64_t* keys, const uint64_t* ha
     uint64_t pos = 0;
     if (Probe(s, keys[p], hashes[p], &pos)) (*records)[p] = Record(s, EntryRecord(s.index[pos]));
   }
+  if (out != nullptr) {
+    const int64_t rb = row_bytes();
+    for (int32_t p : missing) {
+      if ((*records)[p] != nullptr) CopyRow(out + p * rb, Floats((*records)[p]), rb);
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -951,17 +964,12 @@ absl::Status DynamicShard::Lookup(absl::string_view keys_bytes, bool insert,
   if (insert) {
     LockAll();
     absl::Status inserted = InsertMissing(keys.data(), hashes.data(), missing, /*admission=*/true,
-                                          /*sighting=*/true, ctx, &records, pool);
-    if (inserted.ok()) {
-      for (int32_t p : missing) {
-        if (records[p] != nullptr) std::memcpy(out + p * rb, Floats(records[p]), rb);
-      }
-    }
+                                          /*sighting=*/true, ctx, &records, out, pool);
     UnlockAll();
     RETURN_IF_ERROR(inserted);
   }
   for (int32_t p : missing) {
-    if (records[p] == nullptr) std::memcpy(out + p * rb, default_row_.data(), rb);
+    if (records[p] == nullptr) CopyRow(out + p * rb, default_row_.data(), rb);
   }
   return absl::OkStatus();
 }
@@ -1014,14 +1022,15 @@ absl::Status DynamicShard::Update(const UpdateOpView& op, const DynamicOpContext
   if (op.kind == UpdateOp::ERASE) {
     ForEachStripe(by_stripe, /*pool=*/nullptr, [&](int stripe) {
       Stripe& s = stripes_[stripe];
-      for (int64_t k = 0; k < by_stripe.size(stripe); ++k) {
-        const int32_t p = by_stripe.of(stripe)[k];
-        uint64_t pos = 0;
-        if (Probe(s, keys[p], hashes[p], &pos)) {
-          EraseAt(s, pos, ctx);
-          erased_.fetch_add(1, std::memory_order_relaxed);
-        }
-      }
+      int64_t erased = 0;
+      Walk(s, keys.data(), hashes.data(), by_stripe.of(stripe), by_stripe.size(stripe),
+           /*record_prefix=*/kHeaderBytes,
+           [&](int32_t /*p*/, bool held, uint64_t pos) __attribute__((always_inline)) {
+             if (!held) return;
+             EraseAt(s, pos, ctx);
+             ++erased;
+           });
+      erased_.fetch_add(erased, std::memory_order_relaxed);
     });
     return absl::OkStatus();
   }
@@ -1097,7 +1106,7 @@ absl::Status DynamicShard::Update(const UpdateOpView& op, const DynamicOpContext
     }
   }
   absl::Status inserted = InsertMissing(keys.data(), hashes.data(), missing, /*admission=*/false,
-                                        /*sighting=*/false, ctx, &records, pool);
+                                        /*sighting=*/false, ctx, &records, /*out=*/nullptr, pool);
   if (inserted.ok()) {
     for (int64_t i = 0; i < n; ++i) {
       // Every key's record now (inserting may have evicted keys to make room).
@@ -1170,11 +1179,14 @@ absl::Status DynamicShard::Export(absl::string_view cursor, int64_t max_keys, bo
 }
 
 int64_t DynamicShard::Size() const {
-  if (ttl_ == 0) return live_.load(std::memory_order_relaxed);
   int64_t held = 0;
   for (int i = 0; i < kStripes; ++i) {
     const Stripe& s = stripes_[i];
     absl::MutexLock lock(&s.mu);
+    if (ttl_ == 0) {
+      held += s.live;
+      continue;
+    }
     for (uint32_t r = 0; r < s.next_record; ++r) {
       const RecordHeader* h = Header(Record(s, r));
       if (h->live != 0 && !Expired(h->step)) ++held;

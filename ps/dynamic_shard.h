@@ -233,18 +233,19 @@ class DynamicShard {
                char* out, ThreadPool* pool);
   // With every stripe locked: stores the keys at `missing` that are still missing, subject to
   // admission if `admission`, and counts sightings; records[p] is then the record of every
-  // position of `missing` whose key is held (valid while the stripes stay locked).
+  // position of `missing` whose key is held (valid while the stripes stay locked), and its row
+  // is copied to out + p * row_bytes() (if `out` is not null).
   // Errors: kResourceExhausted, nothing stored.
+  absl::Status InsertMissing(const int64_t* keys, const uint64_t* hashes,
+                             const std::vector<int32_t>& missing, bool admission,
+                             bool sighting, const DynamicOpContext& ctx,
+                             std::vector<char*>* records, char* out, ThreadPool* pool);
   // InsertMissing when no key can be turned away (admission off or not asked, no capacity): one
   // walk per stripe finds or stores each key, repeats included.
   absl::Status InsertMissingUnbounded(const int64_t* keys, const uint64_t* hashes,
                                       const std::vector<int32_t>& missing, bool sighting,
                                       const DynamicOpContext& ctx, std::vector<char*>* records,
-                                      ThreadPool* pool);
-  absl::Status InsertMissing(const int64_t* keys, const uint64_t* hashes,
-                             const std::vector<int32_t>& missing, bool admission,
-                             bool sighting, const DynamicOpContext& ctx,
-                             std::vector<char*>* records, ThreadPool* pool);
+                                      char* out, ThreadPool* pool);
   // `positions` grouped by the stripe of their key, in order.
   static Groups ByStripe(const uint64_t* hashes, const int32_t* positions, size_t count);
   void LockAll() const;
@@ -273,7 +274,6 @@ class DynamicShard {
   BudgetReservation sketch_reservation_;
 
   std::atomic<int64_t> step_{0};
-  std::atomic<int64_t> live_{0};
   std::atomic<int64_t> apply_count_{0};
   // Stats.
   std::atomic<int64_t> admitted_{0}, rejected_{0}, evicted_ttl_{0}, evicted_capacity_{0},

@@ -1,6 +1,8 @@
 #include "ps/initializers.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 
@@ -106,20 +108,34 @@ void InitializeFloat(const InitializerDef& init, int64_t first_element, int64_t 
 void InitializeFloatForKey(const InitializerDef& init, int64_t key, int64_t count, float* out) {
   // A stream of its own per key (a dynamic table draws a row at every insert, so this is on its
   // hot path): draw n is Mix(key_seed + n * gamma), SplitMix64's sequence, and each 64-bit draw
-  // gives two 32-bit uniforms in (0, 1) (24 bits each, a float's precision): one Mix per two
-  // elements, where InitializeFloat spends two per element.
+  // gives two 32-bit halves, each a uniform in (0, 1) of 23 bits (exact in float arithmetic):
+  // one Mix per two elements (InitializeFloat spends two per element), drawn a batch at a time
+  // and turned into values by float arithmetic in a second loop the compiler can vectorize.
   const uint64_t key_seed =
       Mix(init.seed() ^ Mix(static_cast<uint64_t>(key) ^ 0x6a09e667f3bcc909ULL));
   constexpr uint64_t kGamma = 0x9e3779b97f4a7c15ULL;
-  constexpr double kTwoTo24 = 16777216.0;
-  auto half = [](uint64_t bits) { return (static_cast<double>(bits >> 8) + 0.5) / kTwoTo24; };
+  constexpr int64_t kBatch = 16;  // uniforms per batch (fixed: the loops below vectorize)
+  uint32_t bits[kBatch];
+  uint64_t next_draw = 0;
+  auto draw = [&]() {  // the next kBatch uniforms' bits
+    for (int64_t j = 0; j < kBatch; j += 2) {
+      const uint64_t b = Mix(key_seed + next_draw++ * kGamma);
+      bits[j] = static_cast<uint32_t>(b);
+      bits[j + 1] = static_cast<uint32_t>(b >> 32);
+    }
+  };
+  auto uniform = [](uint32_t b) {  // in (0, 1)
+    return (static_cast<float>(static_cast<int32_t>(b >> 9)) + 0.5f) * (1.0f / 8388608.0f);
+  };
   switch (init.kind()) {
     case InitializerDef::UNIFORM: {
-      const double lo = init.minval(), span = init.maxval() - init.minval();
-      for (int64_t i = 0; i < count; i += 2) {
-        const uint64_t bits = Mix(key_seed + static_cast<uint64_t>(i / 2) * kGamma);
-        out[i] = static_cast<float>(lo + span * half(bits & 0xffffffffULL));
-        if (i + 1 < count) out[i + 1] = static_cast<float>(lo + span * half(bits >> 32));
+      const float lo = static_cast<float>(init.minval());
+      const float span = static_cast<float>(init.maxval() - init.minval());
+      float values[kBatch];
+      for (int64_t base = 0; base < count; base += kBatch) {
+        draw();
+        for (int64_t j = 0; j < kBatch; ++j) values[j] = lo + span * uniform(bits[j]);
+        std::memcpy(out + base, values, sizeof(float) * std::min(kBatch, count - base));
       }
       return;
     }
@@ -128,15 +144,23 @@ void InitializeFloatForKey(const InitializerDef& init, int64_t key, int64_t coun
       // Box-Muller, both of a draw's normals; truncated: values beyond two standard deviations
       // are drawn again (as TF), from the stream's next draws.
       const bool truncated = init.kind() == InitializerDef::TRUNCATED_NORMAL;
-      uint64_t n = 0;
-      for (int64_t i = 0; i < count;) {
-        const uint64_t bits = Mix(key_seed + n++ * kGamma);
-        const double r = std::sqrt(-2.0 * std::log(half(bits & 0xffffffffULL)));
-        const double theta = 6.283185307179586 * half(bits >> 32);
-        for (const double z : {r * std::cos(theta), r * std::sin(theta)}) {
-          if (i == count) break;
-          if (truncated && std::fabs(z) > 2.0 && n < 1000 * static_cast<uint64_t>(count)) continue;
-          out[i++] = static_cast<float>(init.mean() + init.stddev() * z);
+      const float mean = static_cast<float>(init.mean());
+      const float stddev = static_cast<float>(init.stddev());
+      int64_t i = 0;
+      while (i < count) {
+        draw();
+        for (int64_t j = 0; j < kBatch && i < count; j += 2) {
+          const float r = std::sqrt(-2.0f * std::log(uniform(bits[j])));
+          const float theta = 6.2831853f * uniform(bits[j + 1]);
+          for (const float z : {r * std::cos(theta), r * std::sin(theta)}) {
+            if (i == count) break;
+            // After 1000 draws per element (never, in practice), anything is taken.
+            if (truncated && std::fabs(z) > 2.0f &&
+                next_draw < 1000 * static_cast<uint64_t>(count)) {
+              continue;
+            }
+            out[i++] = mean + stddev * z;
+          }
         }
       }
       return;
