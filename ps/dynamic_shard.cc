@@ -61,10 +61,13 @@ inline int64_t LoadKey(const char* p) {
   return k;
 }
 
-// The shard's own hash of a key, independent of the routing hash that picked the shard (a salted
-// MixKey): the top 3 bits pick the stripe, the low 32 bits are the index entry's tag and home.
-inline uint64_t StripeHash(int64_t key) { return MixKey(key ^ 0x2545f4914f6cdd1dLL); }
-inline int StripeOf(uint64_t hash) { return static_cast<int>(hash >> 61); }
+// A key's hash in the shard: MixKey, whose top 32 bits are the routing hash that placed the key in
+// this shard (so checking a request's keys and hashing them for the shard is one MixKey each). The
+// routing hash's low 3 bits pick the stripe (the shard holds a contiguous range of routing hashes,
+// of 2^32 / num_shards values, over which those bits are uniform); the low 32 bits, independent of
+// the top ones, are the index entry's tag and home.
+inline uint64_t StripeHash(int64_t key) { return MixKey(key); }
+inline int StripeOf(uint64_t hash) { return static_cast<int>((hash >> 32) & 7); }
 static_assert(DynamicShard::kStripes == 8, "StripeOf takes 3 bits");
 inline uint32_t Tag(uint64_t hash) { return static_cast<uint32_t>(hash); }
 inline uint64_t Entry(uint64_t hash, uint32_t record) {
@@ -619,47 +622,50 @@ void DynamicShard::AdvanceStep(int64_t step) {
 
 // ---- Operations.
 
-absl::Status DynamicShard::ValidateKeys(absl::string_view keys, absl::string_view what) const {
-  if (keys.size() % 8 != 0) {
+absl::Status DynamicShard::PrepareKeys(absl::string_view bytes, absl::string_view what,
+                                       KeyBatch* batch) const {
+  if (bytes.size() % 8 != 0) {
     return absl::InvalidArgumentError(absl::StrCat("dynamic table shard \"", name(), "\": ", what,
-                                                   " keys are ", keys.size(),
+                                                   " keys are ", bytes.size(),
                                                    " bytes, not whole int64s"));
   }
-  const int n = def_.num_shards();
-  for (size_t i = 0; i < keys.size(); i += 8) {
-    const int64_t key = LoadKey(keys.data() + i);
-    const int owner = ShardOfKey(key, n);
-    if (owner != def_.shard_index()) {
+  const int64_t n = static_cast<int64_t>(bytes.size() / 8);
+  batch->keys.resize(static_cast<size_t>(n));
+  batch->hashes.resize(static_cast<size_t>(n));
+  if (n > 0) std::memcpy(batch->keys.data(), bytes.data(), static_cast<size_t>(n) * 8);
+  // The shard's keys are those whose routing hash (the hash's top 32 bits) is in its range.
+  const int num_shards = def_.num_shards();
+  const std::pair<uint64_t, uint64_t> range = RoutingHashRange(def_.shard_index(), num_shards);
+  int64_t count[kStripes] = {};
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t h = StripeHash(batch->keys[i]);
+    if ((h >> 32) < range.first || (h >> 32) >= range.second) {
+      const int64_t key = batch->keys[i];
       return absl::InvalidArgumentError(absl::StrCat(
-          "dynamic table shard \"", name(), "\": ", what, " key ", key, " (position ", i / 8,
-          ") belongs to shard ", owner, " of table \"", def_.variable(), "\"'s ", n,
-          ", not to this one (shard ", def_.shard_index(), ")"));
+          "dynamic table shard \"", name(), "\": ", what, " key ", key, " (position ", i,
+          ") belongs to shard ", ShardOfKey(key, num_shards), " of table \"", def_.variable(),
+          "\"'s ", num_shards, ", not to this one (shard ", def_.shard_index(), ")"));
     }
+    batch->hashes[i] = h;
+    ++count[StripeOf(h)];
+  }
+  Groups& groups = batch->groups;
+  int64_t next[kStripes];
+  groups.begin[0] = 0;
+  for (int i = 0; i < kStripes; ++i) {
+    next[i] = groups.begin[i];
+    groups.begin[i + 1] = groups.begin[i] + count[i];
+  }
+  groups.positions.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    groups.positions[next[StripeOf(batch->hashes[i])]++] = static_cast<int32_t>(i);
   }
   return absl::OkStatus();
 }
 
-void DynamicShard::HashAndGroup(const char* bytes, int64_t n, std::vector<int64_t>* keys,
-                                std::vector<uint64_t>* hashes, Groups* groups) {
-  keys->resize(static_cast<size_t>(n));
-  hashes->resize(static_cast<size_t>(n));
-  if (n > 0) std::memcpy(keys->data(), bytes, static_cast<size_t>(n) * 8);
-  int64_t count[kStripes] = {};
-  for (int64_t i = 0; i < n; ++i) {
-    const uint64_t h = StripeHash((*keys)[i]);
-    (*hashes)[i] = h;
-    ++count[StripeOf(h)];
-  }
-  int64_t next[kStripes];
-  groups->begin[0] = 0;
-  for (int i = 0; i < kStripes; ++i) {
-    next[i] = groups->begin[i];
-    groups->begin[i + 1] = groups->begin[i] + count[i];
-  }
-  groups->positions.resize(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    groups->positions[next[StripeOf((*hashes)[i])]++] = static_cast<int32_t>(i);
-  }
+absl::Status DynamicShard::ValidateKeys(absl::string_view keys, absl::string_view what) const {
+  KeyBatch batch;
+  return PrepareKeys(keys, what, &batch);
 }
 
 void DynamicShard::ForEachStripe(const Groups& groups, ThreadPool* pool,
@@ -939,17 +945,23 @@ absl::Status DynamicShard::InsertMissing(const int64_t* keys, const uint64_t* ha
   return absl::OkStatus();
 }
 
-absl::Status DynamicShard::Lookup(absl::string_view keys_bytes, bool insert,
-                                  const DynamicOpContext& ctx, char* out, ThreadPool* pool) {
-  const int64_t n = static_cast<int64_t>(keys_bytes.size() / 8);
+absl::Status DynamicShard::Lookup(absl::string_view keys, bool insert, const DynamicOpContext& ctx,
+                                  char* out, ThreadPool* pool) {
+  KeyBatch batch;
+  RETURN_IF_ERROR(PrepareKeys(keys, "lookup", &batch));
+  return Lookup(batch, insert, ctx, out, pool);
+}
+
+absl::Status DynamicShard::Lookup(const KeyBatch& batch, bool insert, const DynamicOpContext& ctx,
+                                  char* out, ThreadPool* pool) {
+  const int64_t n = batch.size();
   if (insert) {
     AdvanceStep(ctx.step);
     SweepDueStripes(ctx);
   }
-  std::vector<int64_t> keys;
-  std::vector<uint64_t> hashes;
-  Groups groups;
-  HashAndGroup(keys_bytes.data(), n, &keys, &hashes, &groups);
+  const std::vector<int64_t>& keys = batch.keys;
+  const std::vector<uint64_t>& hashes = batch.hashes;
+  const Groups& groups = batch.groups;
   std::vector<uint8_t> found(n, 0);  // bytes: pieces on other threads write their own
   if (Find(keys.data(), hashes.data(), groups, /*sighting=*/insert, /*may_sweep=*/insert, ctx,
            &found, out, pool) == n) {
@@ -974,7 +986,7 @@ absl::Status DynamicShard::Lookup(absl::string_view keys_bytes, bool insert,
   return absl::OkStatus();
 }
 
-absl::Status DynamicShard::ValidateUpdate(const UpdateOpView& op) const {
+absl::Status DynamicShard::ValidateUpdate(const UpdateOpView& op, KeyBatch* batch) const {
   const std::string who = absl::StrCat("dynamic table shard \"", name(), "\"");
   if (op.kind != UpdateOp::ASSIGN && op.kind != UpdateOp::ASSIGN_ADD &&
       op.kind != UpdateOp::APPLY_GRADIENT && op.kind != UpdateOp::ERASE) {
@@ -985,7 +997,7 @@ absl::Status DynamicShard::ValidateUpdate(const UpdateOpView& op) const {
     return absl::InvalidArgumentError(
         absl::StrCat(who, ": updates name keys; a row range is not allowed"));
   }
-  RETURN_IF_ERROR(ValidateKeys(op.ids, UpdateOp::Kind_Name(op.kind)));
+  RETURN_IF_ERROR(PrepareKeys(op.ids, UpdateOp::Kind_Name(op.kind), batch));
   const int64_t n = static_cast<int64_t>(op.ids.size() / 8);
   if (op.kind == UpdateOp::ERASE) {
     if (op.values_bytes != 0) {
@@ -1008,15 +1020,26 @@ absl::Status DynamicShard::ValidateUpdate(const UpdateOpView& op) const {
   return absl::OkStatus();
 }
 
+absl::Status DynamicShard::ValidateUpdate(const UpdateOpView& op) const {
+  KeyBatch batch;
+  return ValidateUpdate(op, &batch);
+}
+
 absl::Status DynamicShard::Update(const UpdateOpView& op, const DynamicOpContext& ctx,
                                   ThreadPool* pool) {
-  const int64_t n = static_cast<int64_t>(op.ids.size() / 8);
+  KeyBatch batch;
+  RETURN_IF_ERROR(PrepareKeys(op.ids, UpdateOp::Kind_Name(op.kind), &batch));
+  return Update(op, batch, ctx, pool);
+}
+
+absl::Status DynamicShard::Update(const UpdateOpView& op, const KeyBatch& batch,
+                                  const DynamicOpContext& ctx, ThreadPool* pool) {
+  const int64_t n = batch.size();
   AdvanceStep(ctx.step);
   SweepDueStripes(ctx);
-  std::vector<int64_t> keys;
-  std::vector<uint64_t> hashes;
-  Groups by_stripe;
-  HashAndGroup(op.ids.data(), n, &keys, &hashes, &by_stripe);
+  const std::vector<int64_t>& keys = batch.keys;
+  const std::vector<uint64_t>& hashes = batch.hashes;
+  const Groups& by_stripe = batch.groups;
   const uint32_t step = EffectiveStep(ctx);
 
   if (op.kind == UpdateOp::ERASE) {

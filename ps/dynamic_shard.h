@@ -115,21 +115,48 @@ class DynamicShard {
   // The shard's capacity in keys (0: none).
   int64_t capacity() const { return capacity_; }
 
-  // Errors: kInvalidArgument naming the shard: keys not whole int64s, a key that routes to another
-  // shard of the table (naming it and both shards).
+  // A request's positions grouped by the stripe of their key (a counting sort): stripe i's are
+  // positions[begin[i], begin[i + 1]), in their order in the request.
+  struct Groups {
+    std::vector<int32_t> positions;
+    int64_t begin[kStripes + 1] = {};
+    const int32_t* of(int stripe) const { return positions.data() + begin[stripe]; }
+    int64_t size(int stripe) const { return begin[stripe + 1] - begin[stripe]; }
+  };
+  // An op's keys as PrepareKeys checked them: each key, its hash (the routing hash that placed it
+  // in this shard also picks its stripe and index position) and the positions by stripe.
+  struct KeyBatch {
+    std::vector<int64_t> keys;
+    std::vector<uint64_t> hashes;
+    Groups groups;
+    int64_t size() const { return static_cast<int64_t>(keys.size()); }
+  };
+
+  // Checks `keys` and prepares them for Lookup or Update, in one pass (each key hashed once).
+  // Errors: kInvalidArgument naming the shard: keys not whole int64s, a key that routes to
+  // another shard of the table (naming it, its position and both shards).
+  absl::Status PrepareKeys(absl::string_view keys, absl::string_view what, KeyBatch* batch) const;
+  // PrepareKeys' checks alone.
   absl::Status ValidateKeys(absl::string_view keys, absl::string_view what) const;
-  // Rows for `keys` (validated), keys.size() / 8 * row_bytes() bytes into `out`. With `insert`, a
+  // Rows for the prepared keys, keys.size() * row_bytes() bytes into `out`. With `insert`, a
   // training lookup (see above). Errors: kResourceExhausted (an insert past the budget: nothing is
   // inserted, nothing counted).
+  absl::Status Lookup(const KeyBatch& keys, bool insert, const DynamicOpContext& ctx, char* out,
+                      ThreadPool* pool);
+  // PrepareKeys, then Lookup (its errors, then Lookup's).
   absl::Status Lookup(absl::string_view keys, bool insert, const DynamicOpContext& ctx, char* out,
                       ThreadPool* pool);
 
   // Errors: kInvalidArgument naming the shard (a range instead of keys, values that are not one
   // row per key, float32 only, gradients without an optimizer, ERASE with values), and those of
-  // ValidateKeys.
+  // PrepareKeys; on success `batch` holds the op's keys, prepared.
+  absl::Status ValidateUpdate(const UpdateOpView& op, KeyBatch* batch) const;
   absl::Status ValidateUpdate(const UpdateOpView& op) const;
-  // Applies a validated op. Errors: kResourceExhausted (an assign that inserts past the budget;
-  // nothing changes).
+  // Applies an op that ValidateUpdate accepted, `keys` its batch. Errors: kResourceExhausted (an
+  // assign that inserts past the budget; nothing changes).
+  absl::Status Update(const UpdateOpView& op, const KeyBatch& keys, const DynamicOpContext& ctx,
+                      ThreadPool* pool);
+  // ValidateUpdate's preparation (the op validated already), then Update.
   absl::Status Update(const UpdateOpView& op, const DynamicOpContext& ctx, ThreadPool* pool);
 
   // Up to `max_keys` keys from `cursor` (see ExportRequest). Errors: kInvalidArgument (a malformed
@@ -205,18 +232,6 @@ class DynamicShard {
   // Whether a key seen `occurrences` more times is admitted now (the sketch is not changed).
   bool Admits(int64_t key, uint32_t occurrences) const;
 
-  // A request's positions grouped by the stripe of their key (a counting sort): stripe i's are
-  // positions[begin[i], begin[i + 1]), in their order in the request.
-  struct Groups {
-    std::vector<int32_t> positions;
-    int64_t begin[kStripes + 1] = {};
-    const int32_t* of(int stripe) const { return positions.data() + begin[stripe]; }
-    int64_t size(int stripe) const { return begin[stripe + 1] - begin[stripe]; }
-  };
-  // Copies `n` keys from `bytes` into `keys`, their StripeHash into `hashes`, and groups every
-  // position by stripe.
-  static void HashAndGroup(const char* bytes, int64_t n, std::vector<int64_t>* keys,
-                           std::vector<uint64_t>* hashes, Groups* groups);
   // Runs fn(stripe index) for each stripe with positions in `groups`, each under its lock, over
   // `pool`.
   void ForEachStripe(const Groups& groups, ThreadPool* pool,

@@ -240,7 +240,7 @@ absl::StatusOr<std::vector<VariableStore::Target>> VariableStore::PlanLookup(
       }
       RETURN_IF_ERROR(targets[i].fixed->ValidateLookup(op.ids()));
     } else {
-      RETURN_IF_ERROR(targets[i].dynamic->ValidateKeys(op.ids(), "lookup"));
+      RETURN_IF_ERROR(targets[i].dynamic->PrepareKeys(op.ids(), "lookup", &targets[i].keys));
       *inserts = *inserts || op.insert();
     }
   }
@@ -265,7 +265,8 @@ absl::Status VariableStore::RunLookup(const LookupRequest& request,
     if (targets[i].fixed != nullptr) {
       targets[i].fixed->Lookup(op.ids(), out(i), pool_.get());
     } else {
-      RETURN_IF_ERROR(targets[i].dynamic->Lookup(op.ids(), op.insert(), ctx, out(i), pool_.get()));
+      RETURN_IF_ERROR(
+          targets[i].dynamic->Lookup(targets[i].keys, op.insert(), ctx, out(i), pool_.get()));
     }
   }
   return absl::OkStatus();
@@ -379,12 +380,12 @@ absl::Status VariableStore::Update(const std::vector<UpdateOpView>& ops, int64_t
   for (const UpdateOpView& op : ops) ids += op.ids.size() / 8;
   RETURN_IF_ERROR(CheckIdCount(ids, "update"));
   absl::ReaderMutexLock gate(&update_gate_);
-  ASSIGN_OR_RETURN(const std::vector<Target> targets, FindTargets(ops));
+  ASSIGN_OR_RETURN(std::vector<Target> targets, FindTargets(ops));
   for (size_t i = 0; i < ops.size(); ++i) {
     if (targets[i].fixed != nullptr) {
       RETURN_IF_ERROR(targets[i].fixed->ValidateUpdate(ops[i]));
     } else {
-      RETURN_IF_ERROR(targets[i].dynamic->ValidateUpdate(ops[i]));
+      RETURN_IF_ERROR(targets[i].dynamic->ValidateUpdate(ops[i], &targets[i].keys));
     }
   }
   const DynamicOpContext ctx = ContextLocked(step);
@@ -392,7 +393,7 @@ absl::Status VariableStore::Update(const std::vector<UpdateOpView>& ops, int64_t
     if (targets[i].fixed != nullptr) {
       targets[i].fixed->Update(ops[i], pool_.get(), step);
     } else {
-      RETURN_IF_ERROR(targets[i].dynamic->Update(ops[i], ctx, pool_.get()));
+      RETURN_IF_ERROR(targets[i].dynamic->Update(ops[i], targets[i].keys, ctx, pool_.get()));
     }
   }
   return absl::OkStatus();

@@ -101,6 +101,7 @@ class VariableStore {
   struct Target {
     std::shared_ptr<VariableShard> fixed;
     std::shared_ptr<DynamicShard> dynamic;
+    DynamicShard::KeyBatch keys;  // a dynamic table's op: its keys, checked and prepared
     int64_t row_bytes() const { return fixed != nullptr ? fixed->row_bytes() : dynamic->row_bytes(); }
   };
   // Finds every named shard of either kind, in order. Errors: kNotFound naming the first unknown.
