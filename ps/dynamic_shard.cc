@@ -675,11 +675,51 @@ void DynamicShard::ForEachStripe(const Groups& groups, ThreadPool* pool,
   for (int i = 0; i < kStripes; ++i) {
     if (groups.size(i) > 0) busy[num_busy++] = i;
   }
+  if (num_busy == 0) return;
   // Small requests on this thread alone: waking a helper costs more than it saves.
   if (groups.begin[kStripes] < 4096) pool = nullptr;
-  ParallelFor(pool, num_busy, [&](int64_t k) {
-    absl::MutexLock lock(&stripes_[busy[k]].mu);
-    fn(busy[k]);
+  const int workers = pool == nullptr ? 1 : std::min(num_busy, 1 + pool->num_threads());
+  // Each worker (the caller, and the pool's threads that join in time) takes stripes the request
+  // hasn't run yet, one at a time, preferring one whose lock no other request holds now: requests
+  // running side by side then walk different stripes, where taking the stripes in the same order
+  // queued them on the same lock in step (a sleep and a wake-up each time). Workers, and
+  // requests (a counter), start at different stripes.
+  std::atomic<bool> claimed[kStripes];
+  for (int k = 0; k < num_busy; ++k) claimed[k].store(false, std::memory_order_relaxed);
+  const int start = static_cast<int>(next_start_.fetch_add(1, std::memory_order_relaxed) %
+                                     static_cast<uint32_t>(num_busy));
+  ParallelFor(pool, workers, [&](int64_t worker) {
+    const int first = start + static_cast<int>(worker) * num_busy / workers;
+    for (;;) {
+      int chosen = -1;
+      bool unclaimed = false;
+      for (int j = 0; j < num_busy && chosen < 0; ++j) {
+        const int k = (first + j) % num_busy;
+        if (claimed[k].load(std::memory_order_relaxed)) continue;
+        unclaimed = true;
+        absl::Mutex& mu = stripes_[busy[k]].mu;
+        if (!mu.TryLock()) continue;
+        if (claimed[k].exchange(true)) {
+          mu.Unlock();  // another worker of this request took it meanwhile
+        } else {
+          chosen = k;
+        }
+      }
+      if (chosen < 0) {
+        if (!unclaimed) return;
+        // Every stripe left is held by another request: wait for the first one.
+        for (int j = 0; j < num_busy && chosen < 0; ++j) {
+          const int k = (first + j) % num_busy;
+          if (!claimed[k].exchange(true)) {
+            stripes_[busy[k]].mu.Lock();
+            chosen = k;
+          }
+        }
+        if (chosen < 0) return;
+      }
+      fn(busy[chosen]);
+      stripes_[busy[chosen]].mu.Unlock();
+    }
   });
 }
 

@@ -289,6 +289,8 @@ class DynamicShard {
   BudgetReservation sketch_reservation_;
 
   std::atomic<int64_t> step_{0};
+  // Where requests start taking stripes (ForEachStripe): each the next.
+  mutable std::atomic<uint32_t> next_start_{0};
   std::atomic<int64_t> apply_count_{0};
   // Stats.
   std::atomic<int64_t> admitted_{0}, rejected_{0}, evicted_ttl_{0}, evicted_capacity_{0},
