@@ -157,6 +157,9 @@ struct DynamicShard::Stripe {
   uint32_t next_record = 0;  // records [0, next_record) have been handed out
   std::vector<uint32_t> free_records;
   int64_t live = 0;
+  // Keys' room (index entries and records) that requests have reserved here and will use under
+  // this lock alone (StoreMissing); MakeRoom keeps it for them.
+  int64_t promised = 0;
   int64_t next_sweep_step = 0;
   std::vector<std::pair<int64_t, uint32_t>> erased;  // (key, generation), while tracked
   BudgetReservation reservation;  // blocks and index
@@ -375,6 +378,9 @@ inline __attribute__((always_inline)) void DynamicShard::Walk(const Stripe& s, c
 absl::Status DynamicShard::MakeRoom(Stripe& s, int64_t new_keys) {
   if (new_keys <= 0) return absl::OkStatus();
   const std::string who = absl::StrCat("dynamic table shard \"", name(), "\"");
+  // Room promised to requests that store keys under this stripe's lock alone (StoreMissing) is
+  // kept for them.
+  new_keys += s.promised;
   // The index: at most 3/4 full.
   const int64_t need_entries = s.entries + new_keys;
   int64_t capacity = s.index == nullptr ? 0 : static_cast<int64_t>(s.mask) + 1;
@@ -776,13 +782,48 @@ DynamicShard::Groups DynamicShard::ByStripe(const uint64_t* hashes, const int32_
   return groups;
 }
 
+void DynamicShard::StoreWalk(Stripe& s, const int64_t* keys, const uint64_t* hashes,
+                             const int32_t* positions, int64_t n, bool sighting,
+                             const DynamicOpContext& ctx, std::vector<char*>* records,
+                             char* out) {
+  const int64_t rb = row_bytes();
+  const uint32_t step = EffectiveStep(ctx);
+  int64_t inserted = 0;
+  // One walk finds or stores each key: a key another request stored since this one looked (or
+  // that repeats one stored just before) counts a sighting; an expired one is stored afresh.
+  Walk(s, keys, hashes, positions, n, kHeaderBytes,
+       [&](int32_t p, bool held, uint64_t pos) __attribute__((always_inline)) {
+         if (held) {
+           char* record = Record(s, EntryRecord(s.index[pos]));
+           RecordHeader* h = Header(record);
+           if (!Expired(h->step)) {
+             if (sighting) {
+               h->count = SaturatingAdd(h->count, 1);
+               Touch(&h->step, step);
+               h->generation = ctx.generation;
+             }
+             if (records != nullptr) (*records)[p] = record;
+             if (out != nullptr) CopyRow(out + p * rb, Floats(record), rb);
+             return;
+           }
+           EraseAt(s, pos, ctx);
+           evicted_ttl_.fetch_add(1, std::memory_order_relaxed);
+           Probe(s, keys[p], hashes[p], &pos);  // now missing: the empty position
+         }
+         char* record = InsertAt(s, keys[p], hashes[p], pos, step, sighting ? 1 : 0, ctx);
+         if (records != nullptr) (*records)[p] = record;
+         // Copied while the row is in cache, just written.
+         if (out != nullptr) CopyRow(out + p * rb, Floats(record), rb);
+         ++inserted;
+       });
+  admitted_.fetch_add(inserted, std::memory_order_relaxed);
+}
+
 absl::Status DynamicShard::InsertMissingUnbounded(const int64_t* keys, const uint64_t* hashes,
                                                   const std::vector<int32_t>& missing,
                                                   bool sighting, const DynamicOpContext& ctx,
                                                   std::vector<char*>* records, char* out,
                                                   ThreadPool* pool) {
-  const int64_t rb = row_bytes();
-  const uint32_t step = EffectiveStep(ctx);
   const Groups groups = ByStripe(hashes, missing.data(), missing.size());
   // Memory first, for every position (some may be held by now, or repeat another: room to spare
   // stays reserved for later inserts), so that a failure stores nothing.
@@ -794,37 +835,43 @@ absl::Status DynamicShard::InsertMissingUnbounded(const int64_t* keys, const uin
   }
   // Every stripe is locked by the caller: a stripe per piece, on the pool's threads too.
   ParallelFor(missing.size() < 4096 ? nullptr : pool, num_busy, [&](int64_t piece) {
-    Stripe& s = stripes_[busy[piece]];
-    const int64_t n = groups.size(busy[piece]);
-    int64_t inserted = 0;
-    // One walk finds or stores each key: a key another request stored since this one looked (or
-    // that repeats one stored just before) counts a sighting; an expired one is stored afresh.
-    Walk(s, keys, hashes, groups.of(busy[piece]), n, kHeaderBytes,
-         [&](int32_t p, bool held, uint64_t pos) __attribute__((always_inline)) {
-           if (held) {
-             char* record = Record(s, EntryRecord(s.index[pos]));
-             RecordHeader* h = Header(record);
-             if (!Expired(h->step)) {
-               if (sighting) {
-                 h->count = SaturatingAdd(h->count, 1);
-                 Touch(&h->step, step);
-                 h->generation = ctx.generation;
-               }
-               (*records)[p] = record;
-               if (out != nullptr) CopyRow(out + p * rb, Floats(record), rb);
-               return;
-             }
-             EraseAt(s, pos, ctx);
-             evicted_ttl_.fetch_add(1, std::memory_order_relaxed);
-             Probe(s, keys[p], hashes[p], &pos);  // now missing: the empty position
-           }
-           char* record = InsertAt(s, keys[p], hashes[p], pos, step, sighting ? 1 : 0, ctx);
-           (*records)[p] = record;
-           // Copied while the row is in cache, just written.
-           if (out != nullptr) CopyRow(out + p * rb, Floats(record), rb);
-           ++inserted;
-         });
-    admitted_.fetch_add(inserted, std::memory_order_relaxed);
+    const int stripe = busy[piece];
+    StoreWalk(stripes_[stripe], keys, hashes, groups.of(stripe), groups.size(stripe), sighting,
+              ctx, records, out);
+  });
+  return absl::OkStatus();
+}
+
+absl::Status DynamicShard::StoreMissing(const KeyBatch& batch, const std::vector<int32_t>& missing,
+                                        const DynamicOpContext& ctx, char* out,
+                                        ThreadPool* pool) {
+  const Groups groups = ByStripe(batch.hashes.data(), missing.data(), missing.size());
+  // Room first, in every stripe the keys go to, each under its own lock: reserved (MakeRoom) and
+  // promised to this request, so that no other request's inserts take it before this one runs;
+  // if any stripe can't make room, nothing is stored and the promises are taken back.
+  absl::Status room;
+  int made = 0;
+  for (; made < kStripes; ++made) {
+    if (groups.size(made) == 0) continue;
+    Stripe& s = stripes_[made];
+    absl::MutexLock lock(&s.mu);
+    room = MakeRoom(s, groups.size(made));
+    if (!room.ok()) break;
+    s.promised += groups.size(made);
+  }
+  if (!room.ok()) {
+    for (int i = 0; i < made; ++i) {
+      if (groups.size(i) == 0) continue;
+      absl::MutexLock lock(&stripes_[i].mu);
+      stripes_[i].promised -= groups.size(i);
+    }
+    return room;
+  }
+  ForEachStripe(groups, pool, [&](int stripe) {
+    Stripe& s = stripes_[stripe];
+    s.promised -= groups.size(stripe);  // used now, under the same lock
+    StoreWalk(s, batch.keys.data(), batch.hashes.data(), groups.of(stripe), groups.size(stripe),
+              /*sighting=*/true, ctx, /*records=*/nullptr, out);
   });
   return absl::OkStatus();
 }
@@ -1010,6 +1057,10 @@ absl::Status DynamicShard::Lookup(const KeyBatch& batch, bool insert, const Dyna
   std::vector<int32_t> missing;
   for (int64_t i = 0; i < n; ++i) {
     if (!found[i]) missing.push_back(static_cast<int32_t>(i));
+  }
+  if (insert && sketch_.empty() && capacity_ == 0) {
+    // No key can be turned away: stored under each stripe's lock alone, beside other requests.
+    return StoreMissing(batch, missing, ctx, out, pool);
   }
   const int64_t rb = row_bytes();
   std::vector<char*> records(n, nullptr);
@@ -1240,6 +1291,8 @@ absl::Status DynamicShard::Export(absl::string_view cursor, int64_t max_keys, bo
   response->clear_next_cursor();
   return absl::OkStatus();
 }
+
+int DynamicShard::StripeOfKey(int64_t key) { return StripeOf(StripeHash(key)); }
 
 int64_t DynamicShard::Size() const {
   int64_t held = 0;

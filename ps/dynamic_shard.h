@@ -37,8 +37,11 @@
 //   - Memory: every allocation is reserved in the ps's MemoryBudget first; a growth past it fails
 //     with kResourceExhausted naming the table and the bytes, and the failing op changes nothing.
 //
-// Thread-safe. Finds and updates of existing keys lock one stripe at a time; inserting keys locks
-// every stripe of the shard (in order) for the insert's duration, which is where evictions happen.
+// Thread-safe. Finds and updates of existing keys lock one stripe at a time, and so do a training
+// lookup's inserts when no key can be turned away (no admission, no capacity: room is reserved in
+// every stripe first, then each stripe's keys stored under its lock); with admission or a capacity,
+// and for assigns, inserting keys locks every stripe of the shard (in order) for the insert's
+// duration, which is where evictions happen.
 // Incremental checkpoints: every change stamps the key's record with the ps's current generation;
 // erased and evicted keys are remembered with theirs while erasures are tracked.
 #ifndef PSTRAIN_PS_DYNAMIC_SHARD_H_
@@ -165,6 +168,8 @@ class DynamicShard {
                       ExportResponse* response) const;
 
   DynamicShardStats Stats() const;
+  // The stripe that holds `key` (for tests of how work is spread).
+  static int StripeOfKey(int64_t key);
   // Keys held (expired keys not counted).
   int64_t Size() const;
   // Bytes held: records' blocks, indexes, tombstones, the sketch.
@@ -255,8 +260,19 @@ class DynamicShard {
                              const std::vector<int32_t>& missing, bool admission,
                              bool sighting, const DynamicOpContext& ctx,
                              std::vector<char*>* records, char* out, ThreadPool* pool);
-  // InsertMissing when no key can be turned away (admission off or not asked, no capacity): one
-  // walk per stripe finds or stores each key, repeats included.
+  // A training lookup's missing keys when no key can be turned away (admission off, no
+  // capacity), each stripe under its own lock only: room is reserved and promised in every stripe
+  // first (Stripe::promised), then StoreWalk on each. Errors: kResourceExhausted (nothing stored).
+  absl::Status StoreMissing(const KeyBatch& batch, const std::vector<int32_t>& missing,
+                            const DynamicOpContext& ctx, char* out, ThreadPool* pool);
+  // With `s` locked and room made: finds or stores each key at `positions` (repeats and keys
+  // stored meanwhile count a sighting; an expired key is stored afresh), setting records[p] and
+  // copying rows to `out` where those are not null.
+  void StoreWalk(Stripe& s, const int64_t* keys, const uint64_t* hashes, const int32_t* positions,
+                 int64_t n, bool sighting, const DynamicOpContext& ctx,
+                 std::vector<char*>* records, char* out);
+  // InsertMissing when no key can be turned away (admission off or not asked, no capacity), every
+  // stripe locked: StoreWalk on each.
   absl::Status InsertMissingUnbounded(const int64_t* keys, const uint64_t* hashes,
                                       const std::vector<int32_t>& missing, bool sighting,
                                       const DynamicOpContext& ctx, std::vector<char*>* records,

@@ -383,11 +383,44 @@ TEST(DynamicShardTest, MemoryBudget_InsertPastIt_ResourceExhaustedNothingStored)
                        AllOf(HasSubstr("\"t\""), HasSubstr("memory budget"))));
   EXPECT_EQ(shard->Size(), 100);
   EXPECT_LE(budget.used(), budget.limit());
+  // The failed request gave back the room it had promised itself in the stripes it got to: keys
+  // that fit in the memory held still go in.
+  std::vector<int64_t> few(100);
+  for (int i = 0; i < 100; ++i) few[i] = 200 + i;
+  Lookup(*shard, few, true, 3);
+  EXPECT_EQ(shard->Size(), 200);
   shard.reset();
   EXPECT_EQ(budget.used(), 0);
 }
 
 // The export walks chunk by chunk: every key exactly once, whatever the chunk size.
+// A training lookup reserves room in each stripe its new keys go to, in stripe order, before it
+// stores any; when a later stripe can't have its room, the room promised in the earlier ones is
+// given back (else it would be held for keys that never come, and refuse others).
+TEST(DynamicShardTest, MemoryBudget_LaterStripeFails_EarlierStripesPromisesGivenBack) {
+  MemoryBudget budget(/*limit_bytes=*/1 << 20);
+  auto shard = Make(Def(), &budget);  // 4 floats with Adagrad: 56-byte records
+  auto keys_of_stripe = [](int stripe, int64_t from, int count) {
+    std::vector<int64_t> keys;
+    for (int64_t k = from; static_cast<int>(keys.size()) < count; ++k) {
+      if (DynamicShard::StripeOfKey(k) == stripe) keys.push_back(k);
+    }
+    return keys;
+  };
+  std::vector<int64_t> request = keys_of_stripe(/*stripe=*/0, 0, 6000);      // ~340 KB: fits
+  const std::vector<int64_t> too_many = keys_of_stripe(/*stripe=*/7, 0, 40000);  // ~2.2 MB
+  request.insert(request.end(), too_many.begin(), too_many.end());
+  std::vector<float> out(request.size() * kDim);
+  EXPECT_THAT(
+      shard->Lookup(Keys(request), true, At(1), reinterpret_cast<char*>(out.data()), nullptr),
+      StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("memory budget")));
+  EXPECT_EQ(shard->Size(), 0);
+  // Stripe 0's room (kept, as memory a stripe reserved is) now takes as many other keys.
+  const std::vector<int64_t> others = keys_of_stripe(/*stripe=*/0, 1 << 30, 6000);
+  Lookup(*shard, others, true, 2);
+  EXPECT_EQ(shard->Size(), 6000);
+}
+
 TEST(DynamicShardTest, Export_EveryKeyOnceInChunks) {
   auto shard = Make(Def());
   std::vector<int64_t> keys(5000);
@@ -476,6 +509,48 @@ TEST(DynamicShardTest, ConcurrentInsertsUpdatesAndErases_StayConsistent) {
 
 // A lookup big enough to be split over the pool: every present key reads its own row, never the
 // default (the pieces, on different threads, record which keys they found side by side).
+// Training lookups side by side with no admission and no capacity store their new keys under
+// each stripe's lock alone: every key ends up stored once, with its initial row, and every
+// occurrence in every request counted.
+TEST(DynamicShardTest, ConcurrentTrainingLookups_EachKeyStoredOnceEverySightingCounted) {
+  auto shard = Make(Def());
+  ThreadPool pool(2);
+  std::vector<std::thread> threads;
+  std::vector<std::map<int64_t, uint32_t>> seen(4);
+  std::atomic<int> bad{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(100 + t);
+      for (int round = 0; round < 40; ++round) {
+        std::vector<int64_t> keys(round % 2 == 0 ? 6000 : 100);  // the pool's pieces, and not
+        for (int64_t& k : keys) k = static_cast<int64_t>(rng() % 20000) * 31 + 7;
+        std::vector<float> out(keys.size() * kDim);
+        if (!shard->Lookup(Keys(keys), true, At(round + 1), reinterpret_cast<char*>(out.data()),
+                           &pool).ok()) {
+          bad++;
+        }
+        for (size_t i = 0; i < keys.size(); ++i) {
+          ++seen[t][keys[i]];
+          if (Row(out, i) != InitialRow(keys[i])) bad++;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
+  std::map<int64_t, uint32_t> expected;
+  for (const auto& m : seen) {
+    for (const auto& [key, n] : m) expected[key] += n;
+  }
+  std::map<int64_t, uint32_t> counts;
+  shard->ForEachRecord(/*since=*/0, [&](const DynamicRecordView& r) {
+    EXPECT_TRUE(counts.emplace(r.key, r.count).second) << "key " << r.key << " stored twice";
+  });
+  EXPECT_EQ(counts, expected);
+  EXPECT_EQ(shard->Size(), static_cast<int64_t>(expected.size()));
+  EXPECT_EQ(shard->Stats().admitted(), static_cast<int64_t>(expected.size()));
+}
+
 TEST(DynamicShardTest, LookupSplitOverThePool_EveryPresentKeyReadsItsRow) {
   auto shard = Make(Def());
   ThreadPool pool(3);
