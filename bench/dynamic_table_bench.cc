@@ -16,8 +16,9 @@
 //   export: the whole table through Export (rows/s, MB/s); checkpoint: SaveShards and a restore of
 //   the dynamic table, and a save of the fixed one (MB/s); memory: bytes held per key against its
 //   row and slots (16 + 16 floats = 128 bytes; the bound is 1.5x).
-//   own_work: the ps's work without gRPC: the store (as a ps runs it, with its pool), the dynamic
-//   shard on one thread, and an absl::flat_hash_map<int64, record> doing the same on one thread.
+//   own_work: the ps's work without the transport: the store (as a ps runs it, with its pool:
+//   finds, Adagrad, and inserts into memory the table freed), the dynamic shard on one thread, and
+//   an absl::flat_hash_map<int64, record> doing the same on one thread.
 //   limit: random 64-byte row gather, loopback TCP (bench/machine_limits.h).
 #include <algorithm>
 #include <cstdio>
