@@ -314,17 +314,20 @@ inline bool DynamicShard::Probe(const Stripe& s, int64_t key, uint64_t hash, uin
 }
 
 template <typename Fn>
-inline __attribute__((always_inline)) void DynamicShard::Walk(const Stripe& s, const int64_t* keys, const uint64_t* hashes,
-                               const int32_t* positions, int64_t n, int64_t record_prefix,
-                               Fn&& fn) const {
+inline __attribute__((always_inline)) void DynamicShard::Walk(
+    const Stripe& s, const int64_t* keys, const uint64_t* hashes, const int32_t* positions,
+    int64_t n, int64_t record_prefix, Fn&& fn) const {
   if (s.index == nullptr) {  // nothing stored yet
-    for (int64_t k = 0; k < n; ++k) fn(positions[k], false, uint64_t{0});
+    for (int64_t k = 0; k < n; ++k) fn(positions[k], uint64_t{0}, static_cast<char*>(nullptr));
     return;
   }
-  // found[k % kWalkRing]: the index position stage 2 found for position k, with kEmptyBit set if
-  // it is the empty position that ends the key's probe sequence (the key is not held).
+  // For position k, at k % kWalkRing: the index position stage 2 found (with kEmptyBit set if it
+  // is the empty position that ends the key's probe sequence: the key is not held), and if not
+  // empty, the entry there and its record.
   constexpr uint64_t kEmptyBit = uint64_t{1} << 63;
   uint64_t found[kWalkRing];
+  uint64_t found_entry[kWalkRing];
+  char* found_record[kWalkRing];
   const uint64_t* index = s.index;
   const uint64_t mask = s.mask;
   // Stage 1 (the home entry's line) is written out where it is used, not as a lambda: GCC deems a
@@ -332,15 +335,18 @@ inline __attribute__((always_inline)) void DynamicShard::Walk(const Stripe& s, c
   // Stage 2: the key's entry by tag, then its record's lines.
   auto stage2 = [&](int64_t j) __attribute__((always_inline)) {
     const uint32_t tag = Tag(hashes[positions[j]]);
+    const int64_t slot = j & (kWalkRing - 1);
     for (uint64_t i = tag & mask;; i = (i + 1) & mask) {
       const uint64_t e = index[i];
       if (e == 0) {
-        found[j & (kWalkRing - 1)] = i | kEmptyBit;
+        found[slot] = i | kEmptyBit;
         return;
       }
       if (EntryTag(e) == tag) {
-        found[j & (kWalkRing - 1)] = i;
-        PrefetchLines(Record(s, EntryRecord(e)), record_prefix);
+        found[slot] = i;
+        found_entry[slot] = e;
+        found_record[slot] = Record(s, EntryRecord(e));
+        PrefetchLines(found_record[slot], record_prefix);
         return;
       }
     }
@@ -350,28 +356,31 @@ inline __attribute__((always_inline)) void DynamicShard::Walk(const Stripe& s, c
   }
   for (int64_t j = 0; j < std::min(n, kRecordAhead); ++j) stage2(j);
   for (int64_t k = 0; k < n; ++k) {
-    if (k + kIndexAhead < n) __builtin_prefetch(&index[Tag(hashes[positions[k + kIndexAhead]]) & mask]);
+    if (k + kIndexAhead < n) {
+      __builtin_prefetch(&index[Tag(hashes[positions[k + kIndexAhead]]) & mask]);
+    }
     if (k + kRecordAhead < n) stage2(k + kRecordAhead);
     const int32_t p = positions[k];
-    const uint64_t f = found[k & (kWalkRing - 1)];
+    const int64_t slot = k & (kWalkRing - 1);
+    const uint64_t f = found[slot];
     const uint64_t pos = f & ~kEmptyBit;
     // fn may have changed the index since stage 2 (its lock is held throughout): an insert fills
-    // empty entries, an erase shifts entries back. The position is used only if it still says
-    // the same; otherwise the key is probed afresh.
+    // empty entries, an erase shifts entries back. The position is used only if it still holds
+    // the same (the same entry, or still empty); otherwise the key is probed afresh.
     const uint64_t e = s.index[pos];
     if ((f & kEmptyBit) != 0) {
       if (e == 0) {
-        fn(p, false, pos);
+        fn(p, pos, static_cast<char*>(nullptr));
         continue;
       }
-    } else if (e != 0 && EntryTag(e) == Tag(hashes[p]) &&
-               Header(Record(s, EntryRecord(e)))->key == keys[p]) {
-      fn(p, true, pos);
+    } else if (e == found_entry[slot] && Header(found_record[slot])->key == keys[p]) {
+      fn(p, pos, found_record[slot]);
       continue;
     }
     uint64_t probed = 0;
-    const bool held = Probe(s, keys[p], hashes[p], &probed);
-    fn(p, held, probed);
+    char* record = Probe(s, keys[p], hashes[p], &probed) ? Record(s, EntryRecord(s.index[probed]))
+                                                          : nullptr;
+    fn(p, probed, record);
   }
 }
 
@@ -739,9 +748,9 @@ int64_t DynamicShard::Find(const int64_t* keys, const uint64_t* hashes, const Gr
     Stripe& s = stripes_[stripe];
     if (s.index == nullptr) return;  // nothing stored yet: every key is missing
     int64_t here = 0;
-    Walk(s, keys, hashes, groups.of(stripe), groups.size(stripe), kHeaderBytes + rb, [&](int32_t p, bool held, uint64_t pos) __attribute__((always_inline)) {
-           if (!held) return;
-           char* record = Record(s, EntryRecord(s.index[pos]));
+    Walk(s, keys, hashes, groups.of(stripe), groups.size(stripe), kHeaderBytes + rb,
+         [&](int32_t p, uint64_t pos, char* record) __attribute__((always_inline)) {
+           if (record == nullptr) return;
            RecordHeader* h = Header(record);
            if (Expired(h->step)) {
              if (may_sweep) {
@@ -792,9 +801,8 @@ void DynamicShard::StoreWalk(Stripe& s, const int64_t* keys, const uint64_t* has
   // One walk finds or stores each key: a key another request stored since this one looked (or
   // that repeats one stored just before) counts a sighting; an expired one is stored afresh.
   Walk(s, keys, hashes, positions, n, kHeaderBytes,
-       [&](int32_t p, bool held, uint64_t pos) __attribute__((always_inline)) {
-         if (held) {
-           char* record = Record(s, EntryRecord(s.index[pos]));
+       [&](int32_t p, uint64_t pos, char* record) __attribute__((always_inline)) {
+         if (record != nullptr) {
            RecordHeader* h = Header(record);
            if (!Expired(h->step)) {
              if (sighting) {
@@ -810,7 +818,7 @@ void DynamicShard::StoreWalk(Stripe& s, const int64_t* keys, const uint64_t* has
            evicted_ttl_.fetch_add(1, std::memory_order_relaxed);
            Probe(s, keys[p], hashes[p], &pos);  // now missing: the empty position
          }
-         char* record = InsertAt(s, keys[p], hashes[p], pos, step, sighting ? 1 : 0, ctx);
+         record = InsertAt(s, keys[p], hashes[p], pos, step, sighting ? 1 : 0, ctx);
          if (records != nullptr) (*records)[p] = record;
          // Copied while the row is in cache, just written.
          if (out != nullptr) CopyRow(out + p * rb, Floats(record), rb);
@@ -905,10 +913,10 @@ absl::Status DynamicShard::InsertMissing(const int64_t* keys, const uint64_t* ha
   each_stripe(missing_by_stripe, [&](int stripe) {
     Stripe& s = stripes_[stripe];
     Walk(s, keys, hashes, missing_by_stripe.of(stripe), missing_by_stripe.size(stripe), kHeaderBytes,
-         [&](int32_t p, bool held, uint64_t pos) __attribute__((always_inline)) {
+         [&](int32_t p, uint64_t pos, char* record) __attribute__((always_inline)) {
            state[p] = 2;
-           if (!held) return;
-           RecordHeader* h = Header(Record(s, EntryRecord(s.index[pos])));
+           if (record == nullptr) return;
+           RecordHeader* h = Header(record);
            if (Expired(h->step)) {
              EraseAt(s, pos, ctx);  // expired: stored afresh below
              evicted_ttl_.fetch_add(1, std::memory_order_relaxed);
@@ -1007,7 +1015,7 @@ absl::Status DynamicShard::InsertMissing(const int64_t* keys, const uint64_t* ha
     const int64_t stored_here = stored_by_stripe.size(stripe);
     // Each key is missing (and each once): Walk gives the empty position where it goes.
     Walk(s, keys, hashes, stored_by_stripe.of(stripe), stored_here, /*record_prefix=*/0,
-         [&](int32_t p, bool /*held*/, uint64_t pos) __attribute__((always_inline)) {
+         [&](int32_t p, uint64_t pos, char* /*held: never*/) __attribute__((always_inline)) {
            (*records)[p] =
                InsertAt(s, keys[p], hashes[p], pos, step, sighting ? occurrences[p] : 0, ctx);
          });
@@ -1139,8 +1147,8 @@ absl::Status DynamicShard::Update(const UpdateOpView& op, const KeyBatch& batch,
       int64_t erased = 0;
       Walk(s, keys.data(), hashes.data(), by_stripe.of(stripe), by_stripe.size(stripe),
            /*record_prefix=*/kHeaderBytes,
-           [&](int32_t /*p*/, bool held, uint64_t pos) __attribute__((always_inline)) {
-             if (!held) return;
+           [&](int32_t /*p*/, uint64_t pos, char* record) __attribute__((always_inline)) {
+             if (record == nullptr) return;
              EraseAt(s, pos, ctx);
              ++erased;
            });
@@ -1187,9 +1195,8 @@ absl::Status DynamicShard::Update(const UpdateOpView& op, const KeyBatch& batch,
       }
       Walk(s, keys.data(), hashes.data(), by_stripe.of(stripe), by_stripe.size(stripe),
            record_bytes_,
-           [&](int32_t p, bool held, uint64_t pos) __attribute__((always_inline)) {
+           [&](int32_t p, uint64_t /*pos*/, char* record) __attribute__((always_inline)) {
              if (grad[p] == nullptr) return;  // a repeat, summed into its first position
-             char* record = held ? Record(s, EntryRecord(s.index[pos])) : nullptr;
              if (record == nullptr || Expired(Header(record)->step)) {
                dropped_gradients_.fetch_add(1, std::memory_order_relaxed);
                return;

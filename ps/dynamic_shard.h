@@ -206,9 +206,9 @@ class DynamicShard {
   // Finds `key` (`hash` = its StripeHash): true and its index position, or false and the empty
   // position where it would go.
   inline bool Probe(const Stripe& s, int64_t key, uint64_t hash, uint64_t* pos) const;
-  // Walks `n` positions of one stripe in order, calling fn(p, held, pos) for each position p =
-  // positions[k]: `held` says whether keys[p] is in the index, `pos` is its index position (or,
-  // if not held, the empty position where it would go). A pipeline hides the memory's latency:
+  // Walks `n` positions of one stripe in order, calling fn(p, pos, record) for each position p =
+  // positions[k]: `record` is keys[p]'s record if the key is in the index (else null), `pos` its
+  // index position (or, if not held, the empty position where it would go). A pipeline hides the memory's latency:
   // the home index entry of the key kIndexAhead positions ahead is prefetched; kRecordAhead ahead,
   // the key's entry is found by its tag in the (by then arrived) index and the first
   // `record_prefix` bytes of its record are prefetched. fn may erase or insert (its lock is held):
