@@ -120,7 +120,8 @@ int64_t RecordStride(int64_t record, int64_t prefix) {
   record = (record + 7) / 8 * 8;
   auto average_lines = [&](int64_t stride) {
     int64_t lines = 0;
-    for (int64_t i = 0; i < 8; ++i) lines += LinesSpanned(i * stride, prefix);  // 8 offsets: a cycle
+    // 8 offsets (a stride is a multiple of 8) make a cycle.
+    for (int64_t i = 0; i < 8; ++i) lines += LinesSpanned(i * stride, prefix);
     return lines;
   };
   int64_t best = record;
@@ -912,7 +913,8 @@ absl::Status DynamicShard::InsertMissing(const int64_t* keys, const uint64_t* ha
   const Groups missing_by_stripe = ByStripe(hashes, missing.data(), missing.size());
   each_stripe(missing_by_stripe, [&](int stripe) {
     Stripe& s = stripes_[stripe];
-    Walk(s, keys, hashes, missing_by_stripe.of(stripe), missing_by_stripe.size(stripe), kHeaderBytes,
+    Walk(s, keys, hashes, missing_by_stripe.of(stripe), missing_by_stripe.size(stripe),
+         kHeaderBytes,
          [&](int32_t p, uint64_t pos, char* record) __attribute__((always_inline)) {
            state[p] = 2;
            if (record == nullptr) return;
@@ -1206,7 +1208,9 @@ absl::Status DynamicShard::Update(const UpdateOpView& op, const KeyBatch& batch,
              h->generation = ctx.generation;
              float* var = Floats(record);
              float* slot_rows[4];
-             for (int slot = 0; slot < num_slots_; ++slot) slot_rows[slot] = var + (slot + 1) * dim_;
+             for (int slot = 0; slot < num_slots_; ++slot) {
+               slot_rows[slot] = var + (slot + 1) * dim_;
+             }
              optimizer_->ApplyRow(var, slot_rows, grad[p], dim_, scalars);
            });
     });

@@ -208,16 +208,18 @@ class DynamicShard {
   inline bool Probe(const Stripe& s, int64_t key, uint64_t hash, uint64_t* pos) const;
   // Walks `n` positions of one stripe in order, calling fn(p, pos, record) for each position p =
   // positions[k]: `record` is keys[p]'s record if the key is in the index (else null), `pos` its
-  // index position (or, if not held, the empty position where it would go). A pipeline hides the memory's latency:
-  // the home index entry of the key kIndexAhead positions ahead is prefetched; kRecordAhead ahead,
-  // the key's entry is found by its tag in the (by then arrived) index and the first
-  // `record_prefix` bytes of its record are prefetched. fn may erase or insert (its lock is held):
-  // a position found ahead is checked again before use, and probed afresh if it changed.
+  // index position (or, if not held, the empty position where it would go). A pipeline hides the
+  // memory's latency: the home index entry of the key kIndexAhead positions ahead is prefetched;
+  // kRecordAhead ahead, the key's entry is found by its tag in the (by then arrived) index and the
+  // first `record_prefix` bytes of its record are prefetched. fn may erase or insert (its lock is
+  // held) but not grow the index: a position found ahead is checked again before use, and probed
+  // afresh if it changed.
   template <typename Fn>
   void Walk(const Stripe& s, const int64_t* keys, const uint64_t* hashes, const int32_t* positions,
             int64_t n, int64_t record_prefix, Fn&& fn) const;
-  // Makes room for `new_keys` more keys in `s` (blocks and index), reserving their memory.
-  // Errors: kResourceExhausted, with nothing changed.
+  // Makes room for `new_keys` more keys in `s` (blocks and index) beyond the room promised to
+  // other requests (Stripe::promised), reserving their memory. Errors: kResourceExhausted, with
+  // nothing changed.
   absl::Status MakeRoom(Stripe& s, int64_t new_keys);
   // Stores `key` at the empty index position `pos` (room made first) with its initial row and
   // slots. Returns its record.

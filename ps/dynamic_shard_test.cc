@@ -583,7 +583,8 @@ TEST(DynamicShardTest, ExpiredKeysErasedAndStoredMidRequest_EveryOtherKeyStillFo
   std::vector<int64_t> kept;
   for (size_t i = 0; i < keys.size(); i += 2) kept.push_back(keys[i]);
   Lookup(*shard, kept, /*insert=*/true, /*step=*/50);
-  Lookup(*shard, {-5}, /*insert=*/true, /*step=*/80);  // a sweep (nothing expired yet); the next at 90
+  // A sweep (nothing has expired yet); the next is due at step 90.
+  Lookup(*shard, {-5}, /*insert=*/true, /*step=*/80);
   // Step 85: the odd positions' keys (last step 1) have expired and no sweep has taken them: the
   // request itself finds them expired, erases them and stores them afresh.
   const std::vector<float> rows = Lookup(*shard, keys, /*insert=*/true, /*step=*/85);
