@@ -158,6 +158,7 @@ struct DynamicShard::Stripe {
   uint32_t next_record = 0;  // records [0, next_record) have been handed out
   std::vector<uint32_t> free_records;
   int64_t live = 0;
+  uint64_t erasures = 0;  // keys erased so far (Walk: an erase may open an earlier empty entry)
   // Keys' room (index entries and records) that requests have reserved here and will use under
   // this lock alone (StoreMissing); MakeRoom keeps it for them.
   int64_t promised = 0;
@@ -324,9 +325,10 @@ inline __attribute__((always_inline)) void DynamicShard::Walk(
   }
   // For position k, at k % kWalkRing: the index position stage 2 found (with kEmptyBit set if it
   // is the empty position that ends the key's probe sequence: the key is not held), and if not
-  // empty, the entry there and its record.
+  // empty, the entry there and its record; if empty, the stripe's erasures then.
   constexpr uint64_t kEmptyBit = uint64_t{1} << 63;
   uint64_t found[kWalkRing];
+  uint64_t found_erasures[kWalkRing];
   uint64_t found_entry[kWalkRing];
   char* found_record[kWalkRing];
   const uint64_t* index = s.index;
@@ -341,6 +343,7 @@ inline __attribute__((always_inline)) void DynamicShard::Walk(
       const uint64_t e = index[i];
       if (e == 0) {
         found[slot] = i | kEmptyBit;
+        found_erasures[slot] = s.erasures;
         return;
       }
       if (EntryTag(e) == tag) {
@@ -366,11 +369,12 @@ inline __attribute__((always_inline)) void DynamicShard::Walk(
     const uint64_t f = found[slot];
     const uint64_t pos = f & ~kEmptyBit;
     // fn may have changed the index since stage 2 (its lock is held throughout): an insert fills
-    // empty entries, an erase shifts entries back. The position is used only if it still holds
-    // the same (the same entry, or still empty); otherwise the key is probed afresh.
+    // empty entries, an erase shifts entries back and may leave an empty entry before the one
+    // found. The position is used only if it still holds the same entry, or is still empty with
+    // no erase since; otherwise the key is probed afresh.
     const uint64_t e = s.index[pos];
     if ((f & kEmptyBit) != 0) {
-      if (e == 0) {
+      if (e == 0 && found_erasures[slot] == s.erasures) {
         fn(p, pos, static_cast<char*>(nullptr));
         continue;
       }
@@ -482,6 +486,7 @@ void DynamicShard::EraseAt(Stripe& s, uint64_t pos, const DynamicOpContext& ctx)
   if (ctx.track_erasures) s.erased.emplace_back(h->key, ctx.generation);
   h->live = 0;
   s.free_records.push_back(r);
+  ++s.erasures;
   // Backward-shift deletion: entries after `pos` whose home is not in (i, j] move back, so every
   // probe sequence stays unbroken without tombstones.
   uint64_t i = pos;

@@ -597,6 +597,36 @@ TEST(DynamicShardTest, ExpiredKeysErasedAndStoredMidRequest_EveryOtherKeyStillFo
   EXPECT_EQ(Lookup(*shard, keys, /*insert=*/false, /*step=*/85), rows);
 }
 
+// An assign stores every key it names, erasing and storing afresh the expired ones it meets in the
+// same walk as the new ones: an erase shifts index entries back, so a new key's empty position
+// found ahead of its turn may no longer be where its probe ends. Every key must be found after.
+TEST(DynamicShardTest, AssignOverExpiredAndNewKeys_EveryKeyFoundAfter) {
+  VariableShardDef def = Def();
+  def.mutable_dynamic()->set_ttl_steps(80);  // sweeps at most every 10 steps
+  auto shard = Make(def);
+  std::vector<int64_t> old_keys(6000), keys;
+  for (size_t i = 0; i < old_keys.size(); ++i) old_keys[i] = static_cast<int64_t>(i) * 7919 + 1;
+  ASSERT_TRUE(Apply(*shard, UpdateOp::ASSIGN, old_keys,
+                    std::vector<float>(old_keys.size() * kDim, 1), /*step=*/1).ok());
+  std::vector<int64_t> kept;
+  for (size_t i = 0; i < old_keys.size(); i += 2) kept.push_back(old_keys[i]);
+  Lookup(*shard, kept, /*insert=*/true, /*step=*/50);
+  // A sweep (nothing has expired yet); the next is due at step 90.
+  Lookup(*shard, {-5}, /*insert=*/true, /*step=*/80);
+  // Step 85: the odd positions' keys have expired, unswept; new keys interleaved with them.
+  for (size_t i = 0; i < old_keys.size(); ++i) {
+    keys.push_back(old_keys[i]);
+    keys.push_back(-static_cast<int64_t>(i) * 104729 - 3);
+  }
+  std::vector<float> values(keys.size() * kDim);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    for (int64_t d = 0; d < kDim; ++d) values[i * kDim + d] = static_cast<float>(i) + 0.5f;
+  }
+  ASSERT_TRUE(Apply(*shard, UpdateOp::ASSIGN, keys, values, /*step=*/85).ok());
+  EXPECT_EQ(Lookup(*shard, keys, /*insert=*/false, /*step=*/85), values);
+  EXPECT_EQ(shard->Size(), static_cast<int64_t>(keys.size()) + 1);
+}
+
 // At steady state a key costs at most 1.5x its row and slots (16 floats + Adagrad's accumulator:
 // 128 bytes): a 160-byte record (152 padded to keep header and row on two lines) plus 8-16 bytes
 // of index and the last block's unused part.
