@@ -85,6 +85,14 @@ inline uint32_t SaturatingAdd(uint32_t a, uint32_t b) {
   return a > std::numeric_limits<uint32_t>::max() - b ? std::numeric_limits<uint32_t>::max() : a + b;
 }
 
+// A training lookup's sighting of a held key: one more sighting, its last step moved up to `step`,
+// stamped with the save generation.
+inline void CountSighting(RecordHeader* h, uint32_t step, uint32_t generation) {
+  h->count = SaturatingAdd(h->count, 1);
+  Touch(&h->step, step);
+  h->generation = generation;
+}
+
 constexpr int kFirstBlockShift = 6;  // the first block holds 64 records
 constexpr int64_t kMinIndex = 16;    // entries in a stripe's first index
 constexpr int64_t kDefaultSketchBytes = int64_t{1} << 20;
@@ -765,11 +773,7 @@ int64_t DynamicShard::Find(const int64_t* keys, const uint64_t* hashes, const Gr
              }
              return;
            }
-           if (sighting) {
-             h->count = SaturatingAdd(h->count, 1);
-             Touch(&h->step, step);
-             h->generation = ctx.generation;
-           }
+           if (sighting) CountSighting(h, step, ctx.generation);
            // Copied now, under the stripe's lock: once it is released the record may be evicted.
            if (out != nullptr) CopyRow(out + p * rb, Floats(record), rb);
            (*found)[p] = 1;
@@ -811,11 +815,7 @@ void DynamicShard::StoreWalk(Stripe& s, const int64_t* keys, const uint64_t* has
          if (record != nullptr) {
            RecordHeader* h = Header(record);
            if (!Expired(h->step)) {
-             if (sighting) {
-               h->count = SaturatingAdd(h->count, 1);
-               Touch(&h->step, step);
-               h->generation = ctx.generation;
-             }
+             if (sighting) CountSighting(h, step, ctx.generation);
              if (records != nullptr) (*records)[p] = record;
              if (out != nullptr) CopyRow(out + p * rb, Floats(record), rb);
              return;
@@ -929,11 +929,7 @@ absl::Status DynamicShard::InsertMissing(const int64_t* keys, const uint64_t* ha
              evicted_ttl_.fetch_add(1, std::memory_order_relaxed);
              return;
            }
-           if (sighting) {
-             h->count = SaturatingAdd(h->count, 1);
-             Touch(&h->step, step);
-             h->generation = ctx.generation;
-           }
+           if (sighting) CountSighting(h, step, ctx.generation);
            state[p] = 1;
          });
   });
