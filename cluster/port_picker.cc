@@ -4,11 +4,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 
 namespace pstrain {
 namespace {
@@ -63,8 +67,58 @@ bool IsPortFree(int port) {
   return v6 == 0 || v6 == port;
 }
 
+std::pair<int, int> EphemeralPortRange() {
+  int low = 32768, high = 60999;
+  if (FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    int a = 0, b = 0;
+    if (std::fscanf(f, "%d %d", &a, &b) == 2 && 0 < a && a <= b && b <= 65535) {
+      low = a;
+      high = b;
+    }
+    std::fclose(f);
+  }
+  return {low, high};
+}
+
+PortPicker::PortPicker() {
+  // 10000-19999 (cut off where the ephemeral range begins, if lower): above the ports of
+  // well-known services, below the ephemeral range on Linux's default, and apart from the block
+  // tests/prometheus_test.sh takes from 20000 up. If the ephemeral range covers them, above it.
+  const auto [low, high] = EphemeralPortRange();
+  constexpr int kFirst = 10000, kLast = 19999;
+  if (low > kFirst + 1000) {
+    first_ = kFirst;
+    last_ = std::min(kLast, low - 1);
+  } else {
+    first_ = high + 1;
+    last_ = 65535;
+  }
+  random_state_ = static_cast<uint64_t>(::getpid()) * 0x9e3779b97f4a7c15ULL ^
+                  static_cast<uint64_t>(absl::ToUnixNanos(absl::Now())) ^
+                  reinterpret_cast<uintptr_t>(this);
+}
+
 absl::StatusOr<int> PortPicker::PickUnusedPort() {
   constexpr int kAttempts = 200;
+  // Random ports outside the ephemeral range first.
+  for (int attempt = 0; first_ <= last_ && attempt < kAttempts; ++attempt) {
+    int port = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      random_state_ += 0x9e3779b97f4a7c15ULL;  // SplitMix64
+      uint64_t x = random_state_;
+      x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+      x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+      x ^= x >> 31;
+      port = first_ + static_cast<int>(x % static_cast<uint64_t>(last_ - first_ + 1));
+      if (handed_out_.contains(port)) continue;
+    }
+    if (!IsPortFree(port)) continue;
+    absl::MutexLock lock(&mu_);
+    if (!handed_out_.insert(port).second) continue;  // another thread took it meanwhile
+    return port;
+  }
+  // Then ones the kernel picks.
   for (int attempt = 0; attempt < kAttempts; ++attempt) {
     int port = BindTcp(AF_INET, 0);  // the kernel picks one from its ephemeral range
     if (port <= 0) continue;
@@ -78,7 +132,7 @@ absl::StatusOr<int> PortPicker::PickUnusedPort() {
     return port;
   }
   return absl::UnavailableError(
-      absl::StrCat("no free TCP port found after ", kAttempts, " attempts"));
+      absl::StrCat("no free TCP port found after ", 2 * kAttempts, " attempts"));
 }
 
 absl::StatusOr<int> PickUnusedPort() {

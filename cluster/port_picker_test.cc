@@ -38,6 +38,21 @@ TEST(PortPickerTest, PickUnusedPort_ManyCalls_DistinctAndBindable) {
   }
 }
 
+// Ports come from outside the kernel's ephemeral range, so that no socket bound to port 0 and no
+// outgoing connection takes one between its pick and its server's bind.
+TEST(PortPickerTest, PickUnusedPort_OutsideTheEphemeralRange) {
+  const auto [low, high] = EphemeralPortRange();
+  PortPicker picker;
+  EXPECT_TRUE(picker.last() < low || picker.first() > high)
+      << picker.first() << "-" << picker.last() << " against " << low << "-" << high;
+  for (int i = 0; i < 50; ++i) {
+    absl::StatusOr<int> port = picker.PickUnusedPort();
+    ASSERT_TRUE(port.ok()) << port.status();
+    EXPECT_TRUE(*port < low || *port > high) << "port " << *port;
+    EXPECT_GE(*port, 1024);
+  }
+}
+
 TEST(PortPickerTest, PickUnusedPort_ConcurrentCallers_NeverShareAPort) {
   PortPicker picker;
   absl::Mutex mu;

@@ -16,7 +16,8 @@ if [[ -z "$prometheus" ]]; then
 fi
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 
-# Seven free ports in a row for the job (chief, 2 ps, 2 workers) and one for Prometheus.
+# Five free ports in a row for the job (chief, 2 ps, 2 workers; from 20000 up, apart from the
+# 10000-19999 that in-process clusters' PortPicker draws from) and one for Prometheus.
 read -r base prom <<<"$(python3 - <<'PY'
 import socket
 def free(n):
