@@ -303,9 +303,31 @@ struct RawTcpChannel::State : std::enable_shared_from_this<State> {
   struct Pending {
     Done done;
     absl::Time deadline = absl::InfiniteFuture();
-    bool sent = false;
-    uint64_t gen = 0;  // the connection it was sent on
+    bool sent = false;  // false while its writer still holds the request's pieces
+    uint64_t gen = 0;   // the connection it was sent on
+    // An outcome that came before the writer let go of the request (the reply can arrive while
+    // sendmsg is returning; a broken connection fails calls mid-write): the writer delivers it.
+    bool parked = false;
+    absl::Status parked_status;
+    RawTcpReply parked_reply;
   };
+
+  // Takes the call's `done` to run now, or parks the outcome with it (returning an empty Done)
+  // while the call is still being written: done must not free the request under its writer.
+  static Done TakeOrPark(std::map<uint64_t, Pending>& calls, std::map<uint64_t, Pending>::iterator it,
+                         absl::Status status, RawTcpReply reply) {
+    if (!it->second.sent) {
+      if (!it->second.parked) {
+        it->second.parked = true;
+        it->second.parked_status = std::move(status);
+        it->second.parked_reply = std::move(reply);
+      }
+      return Done();
+    }
+    Done done = std::move(it->second.done);
+    calls.erase(it);
+    return done;
+  }
 
   State(std::string h, int p, RawTcpChannelOptions o)
       : host(std::move(h)), port(p), options(std::move(o)) {
@@ -405,12 +427,12 @@ struct RawTcpChannel::State : std::enable_shared_from_this<State> {
         fd = -1;
       }
       for (auto it = pending.begin(); it != pending.end();) {
+        auto next = std::next(it);
         if (gen == 0 || it->second.gen == gen) {
-          failed.push_back(std::move(it->second.done));
-          it = pending.erase(it);
-        } else {
-          ++it;
+          Done done = TakeOrPark(pending, it, status, RawTcpReply{});
+          if (done) failed.push_back(std::move(done));
         }
+        it = next;
       }
     }
     for (Done& d : failed) d(status, RawTcpReply{});
@@ -455,20 +477,21 @@ struct RawTcpChannel::State : std::enable_shared_from_this<State> {
       if (!ReadFull(sock, message.data(), message_bytes)) break;
       std::shared_ptr<char[]> body(new char[bytes == 0 ? 1 : bytes]);
       if (!ReadFull(sock, body.get(), bytes)) break;
+      absl::Status status = code != 0
+                                ? absl::Status(static_cast<absl::StatusCode>(code), message)
+                                : absl::OkStatus();
+      RawTcpReply reply;
+      if (code == 0) {
+        reply = RawTcpReply{absl::string_view(body.get(), bytes), std::shared_ptr<const void>(body)};
+      }
       Done done;
       {
         absl::MutexLock lock(&mu);
         auto it = pending.find(id);
         if (it == pending.end()) continue;  // it timed out: dropped
-        done = std::move(it->second.done);
-        pending.erase(it);
+        done = TakeOrPark(pending, it, status, reply);
       }
-      if (code != 0) {
-        done(absl::Status(static_cast<absl::StatusCode>(code), message), RawTcpReply{});
-      } else {
-        done(absl::OkStatus(),
-             RawTcpReply{absl::string_view(body.get(), bytes), std::shared_ptr<const void>(body)});
-      }
+      if (done) done(std::move(status), std::move(reply));
     }
     bool closing_now;
     {
@@ -563,20 +586,38 @@ void RawTcpChannel::Call(int method, const std::vector<absl::string_view>& reque
     if (!piece.empty()) iov.push_back(Iov(piece.data(), piece.size()));
   }
   bool written;
+  int write_errno;
   {
     absl::MutexLock lock(&s.write_mu);
     written = WriteAll(fd, std::move(iov));
+    write_errno = errno;
   }
-  if (!written) {
-    s.FailAll(gen, s.Unavailable(absl::StrCat("sending failed: ", std::strerror(errno))));
-    return;
+  const absl::Status write_failed =
+      written ? absl::OkStatus()
+              : s.Unavailable(absl::StrCat("sending failed: ", std::strerror(write_errno)));
+  // The request is let go of here. An outcome parked meanwhile, or this call's failure to send,
+  // is delivered on this thread.
+  Done now;
+  absl::Status status;
+  RawTcpReply reply;
+  {
+    absl::MutexLock lock(&s.mu);
+    auto it = s.pending.find(id);
+    if (it != s.pending.end()) {
+      it->second.sent = true;
+      it->second.deadline = absl::Now() + s.options.timeout;
+      if (it->second.parked || !written) {
+        now = std::move(it->second.done);
+        status = it->second.parked ? std::move(it->second.parked_status) : write_failed;
+        reply = std::move(it->second.parked_reply);
+        s.pending.erase(it);
+      }
+    }
   }
-  absl::MutexLock lock(&s.mu);
-  auto it = s.pending.find(id);
-  if (it != s.pending.end()) {
-    it->second.sent = true;
-    it->second.deadline = absl::Now() + s.options.timeout;
-  }
+  // The connection is dropped (and its other calls failed) before this call's done runs: a done
+  // that calls again connects afresh.
+  if (!written) s.FailAll(gen, write_failed);
+  if (now) now(std::move(status), std::move(reply));
 }
 
 }  // namespace pstrain

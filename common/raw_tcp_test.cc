@@ -147,6 +147,47 @@ TEST(RawTcpTest, Timeout_DeadlineExceeded_LateReplyDropped) {
   EXPECT_EQ(CallAndWait(channel, 0, {"xy"}).bytes, "yx");
 }
 
+// done may free the request: it never runs while the request is still being written, even when
+// the connection breaks mid-write (the server closes on a request over its limit after reading
+// the header; its reader then fails the call while the writer is still in sendmsg) or the reply
+// arrives while sendmsg is returning. A done under the writer frees memory it still sends from
+// (ASan), and runs on the reader thread before Call returns.
+TEST(RawTcpTest, DoneFreesRequest_NeverBeforeItsWriterLetsGo) {
+  RawTcpServerOptions limited;
+  limited.host = "127.0.0.1";
+  limited.max_request_bytes = 1 << 20;
+  auto server = RawTcpServer::Start(limited, Handler);
+  ASSERT_TRUE(server.ok()) << server.status();
+  RawTcpChannel channel("127.0.0.1", (*server)->port(), {});
+  for (int round = 0; round < 5; ++round) {
+    for (size_t bytes : {size_t{64} << 20, size_t{512} << 10}) {
+      auto* request = new std::string(bytes, 'r');
+      std::atomic<bool> call_returned{false};
+      std::atomic<int> calls{0};
+      std::atomic<bool> ran_after_return{false};
+      absl::Notification done;
+      absl::Status status;
+      channel.Call(0, {*request}, [&, request](absl::Status s, RawTcpReply) {
+        delete request;
+        status = std::move(s);
+        ran_after_return = call_returned.load();
+        calls.fetch_add(1);
+        done.Notify();
+      });
+      call_returned = true;
+      ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+      if (bytes > (size_t{1} << 20)) {
+        EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+        EXPECT_FALSE(ran_after_return) << "done ran before the writer let go, round " << round;
+      } else {
+        EXPECT_TRUE(status.ok()) << status;
+      }
+      absl::SleepFor(absl::Milliseconds(20));  // a second run would show here
+      EXPECT_EQ(calls.load(), 1);
+    }
+  }
+}
+
 TEST(RawTcpTest, MalformedFrame_ConnectionClosed_ServerGoesOn) {
   auto server = Serve();
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
