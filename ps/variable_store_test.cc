@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <random>
 #include <thread>
@@ -217,115 +218,99 @@ TEST(VariableStoreConcurrencyTest, AssignAdd_EightClients_NoLostUpdates) {
   EXPECT_THAT(LookupRows(store, "c", {5}), ElementsAre(0, 0, 0, 0));
 }
 
-// Large sparse applies split over the pool, sparse assign-adds and lookups, all at once: whichever
-// of them bypasses the row locks (RowLockBypass) at a given moment, no update is lost and no
-// lookup sees a row half updated (every update adds the same to each element of a row).
-TEST(VariableStoreConcurrencyTest, BigAppliesAssignAddsAndLookupsAtOnce_ExactAndNeverTorn) {
-  const int64_t rows = 20000, width = 16;
-  VariableShardDef def = FloatShard("m", rows, 0, rows, width);
-  def.mutable_optimizer()->set_kind(OptimizerDef::SGD);
-  def.mutable_optimizer()->set_learning_rate(1.0);  // var -= g: a gradient of -1 adds 1
-  VariableStore store(/*data_threads=*/3);
-  ASSERT_TRUE(store.CreateShards({def}).ok());
-  std::vector<int64_t> all(rows);
-  for (int64_t i = 0; i < rows; ++i) all[i] = (i * 7919) % rows;  // every row once, shuffled
-  const int kRounds = 15;
-  std::atomic<bool> stop{false};
-  std::atomic<int64_t> torn{0};
-  std::vector<std::thread> writers, readers;
-  for (int w = 0; w < 2; ++w) {
+// A shard of float rows under SGD at rate 1 (var -= g: a gradient of -1 adds 1) on a store with a
+// pool. Run() applies `big` twice side by side (kRounds each) and sparse assign-adds of 1 to the
+// first kSome rows of `all` (every row once, shuffled), while readers read the shard until the
+// writers end; it counts the rows a reader saw half updated (every update adds the same to each
+// element of a row).
+struct ConcurrentUpdates {
+  static constexpr int64_t kRows = 20000, kWidth = 16, kSome = 3000;
+  static constexpr int kRounds = 15;
+  VariableStore store{/*data_threads=*/3};
+  std::vector<int64_t> all;
+
+  explicit ConcurrentUpdates(const std::string& shard) {
+    VariableShardDef def = FloatShard(shard, kRows, 0, kRows, kWidth);
+    def.mutable_optimizer()->set_kind(OptimizerDef::SGD);
+    def.mutable_optimizer()->set_learning_rate(1.0);
+    EXPECT_TRUE(store.CreateShards({def}).ok());
+    for (int64_t i = 0; i < kRows; ++i) all.push_back((i * 7919) % kRows);
+  }
+
+  int64_t Run(const std::string& shard, const UpdateRequest& big,
+              const std::vector<std::function<std::vector<float>()>>& reads) {
+    std::atomic<bool> stop{false};
+    std::atomic<int64_t> torn{0};
+    std::vector<std::thread> writers, readers;
+    for (int w = 0; w < 2; ++w) {
+      writers.emplace_back([&] {
+        for (int i = 0; i < kRounds; ++i) ASSERT_TRUE(store.Update(big).ok());
+      });
+    }
     writers.emplace_back([&] {
+      const std::vector<int64_t> some(all.begin(), all.begin() + kSome);
       UpdateRequest request;
-      *request.add_ops() = SparseOp("m", UpdateOp::APPLY_GRADIENT, all,
-                                    std::vector<float>(rows * width, -1.0f));
+      *request.add_ops() = SparseOp(shard, UpdateOp::ASSIGN_ADD, some,
+                                    std::vector<float>(some.size() * kWidth, 1.0f));
       for (int i = 0; i < kRounds; ++i) ASSERT_TRUE(store.Update(request).ok());
     });
-  }
-  writers.emplace_back([&] {
-    const std::vector<int64_t> some(all.begin(), all.begin() + 3000);
-    UpdateRequest request;
-    *request.add_ops() = SparseOp("m", UpdateOp::ASSIGN_ADD, some,
-                                  std::vector<float>(some.size() * width, 1.0f));
-    for (int i = 0; i < kRounds; ++i) ASSERT_TRUE(store.Update(request).ok());
-  });
-  for (int r = 0; r < 2; ++r) {
-    readers.emplace_back([&] {
-      while (!stop.load()) {
-        const std::vector<float> got = LookupRows(store, "m", all);
-        for (int64_t i = 0; i < rows; ++i) {
-          for (int64_t k = 1; k < width; ++k) torn += got[i * width + k] != got[i * width];
+    for (const auto& read : reads) {
+      readers.emplace_back([&] {
+        while (!stop.load()) {
+          const std::vector<float> got = read();
+          for (size_t i = 0; i + kWidth <= got.size(); i += kWidth) {
+            for (int64_t k = 1; k < kWidth; ++k) torn += got[i + k] != got[i];
+          }
         }
-      }
-    });
+      });
+    }
+    for (std::thread& t : writers) t.join();
+    stop = true;
+    for (std::thread& t : readers) t.join();
+    return torn.load();
   }
-  for (std::thread& t : writers) t.join();
-  stop = true;
-  for (std::thread& t : readers) t.join();
-  EXPECT_EQ(torn.load(), 0);
-  const std::vector<float> got = ReadAll(store, "m");
-  // Every row got both writers' applies; all[0..3000) also got the assign-adds.
-  std::vector<float> want(rows * width, 2.0f * kRounds);
-  for (int64_t j = 0; j < 3000; ++j) {
-    for (int64_t k = 0; k < width; ++k) want[all[j] * width + k] += kRounds;
+
+  // The shard after Run(): every row got both writers' applies, all[0..kSome) the assign-adds too.
+  std::vector<float> Want() const {
+    std::vector<float> want(kRows * kWidth, 2.0f * kRounds);
+    for (int64_t j = 0; j < kSome; ++j) {
+      for (int64_t k = 0; k < kWidth; ++k) want[all[j] * kWidth + k] += kRounds;
+    }
+    return want;
   }
-  EXPECT_EQ(got, want);
+};
+
+// Large sparse applies split over the pool, sparse assign-adds and lookups, all at once: whichever
+// of them bypasses the row locks (RowLockBypass) at a given moment, no update is lost and no
+// lookup sees a row half updated.
+TEST(VariableStoreConcurrencyTest, BigAppliesAssignAddsAndLookupsAtOnce_ExactAndNeverTorn) {
+  ConcurrentUpdates c("m");
+  UpdateRequest apply;
+  *apply.add_ops() =
+      SparseOp("m", UpdateOp::APPLY_GRADIENT, c.all,
+               std::vector<float>(ConcurrentUpdates::kRows * ConcurrentUpdates::kWidth, -1.0f));
+  auto lookup = [&] { return LookupRows(c.store, "m", c.all); };
+  EXPECT_EQ(c.Run("m", apply, {lookup, lookup}), 0);
+  EXPECT_EQ(ReadAll(c.store, "m"), c.Want());
 }
 
 // The same for dense applies over the whole range (split over the pool, applied in spans without
 // row locks while nothing else runs on the shard, by locked blocks otherwise), beside sparse
-// assign-adds, lookups and dense reads: no update lost, no row seen half updated.
+// assign-adds, lookups and dense reads.
 TEST(VariableStoreConcurrencyTest, DenseAppliesAssignAddsLookupsAndReadsAtOnce_ExactAndNeverTorn) {
-  const int64_t rows = 20000, width = 16;
-  VariableShardDef def = FloatShard("d", rows, 0, rows, width);
-  def.mutable_optimizer()->set_kind(OptimizerDef::SGD);
-  def.mutable_optimizer()->set_learning_rate(1.0);  // var -= g: a gradient of -1 adds 1
-  VariableStore store(/*data_threads=*/3);
-  ASSERT_TRUE(store.CreateShards({def}).ok());
-  std::vector<int64_t> all(rows);
-  for (int64_t i = 0; i < rows; ++i) all[i] = (i * 7919) % rows;
-  const int kRounds = 15;
-  std::atomic<bool> stop{false};
-  std::atomic<int64_t> torn{0};
-  auto count_torn = [&](const std::vector<float>& got) {
-    for (size_t i = 0; i + width <= got.size(); i += width) {
-      for (int64_t k = 1; k < width; ++k) torn += got[i + k] != got[i];
-    }
-  };
-  std::vector<std::thread> writers, readers;
-  for (int w = 0; w < 2; ++w) {
-    writers.emplace_back([&] {
-      UpdateRequest request;
-      UpdateOp* op = request.add_ops();
-      op->set_shard("d");
-      op->set_kind(UpdateOp::APPLY_GRADIENT);
-      op->mutable_range();
-      op->set_values(Bytes(std::vector<float>(rows * width, -1.0f)));
-      op->set_dtype(DT_FLOAT32);
-      for (int i = 0; i < kRounds; ++i) ASSERT_TRUE(store.Update(request).ok());
-    });
-  }
-  writers.emplace_back([&] {
-    const std::vector<int64_t> some(all.begin(), all.begin() + 3000);
-    UpdateRequest request;
-    *request.add_ops() = SparseOp("d", UpdateOp::ASSIGN_ADD, some,
-                                  std::vector<float>(some.size() * width, 1.0f));
-    for (int i = 0; i < kRounds; ++i) ASSERT_TRUE(store.Update(request).ok());
-  });
-  readers.emplace_back([&] {
-    while (!stop.load()) count_torn(LookupRows(store, "d", all));
-  });
-  readers.emplace_back([&] {
-    while (!stop.load()) count_torn(ReadAll(store, "d"));
-  });
-  for (std::thread& t : writers) t.join();
-  stop = true;
-  for (std::thread& t : readers) t.join();
-  EXPECT_EQ(torn.load(), 0);
-  std::vector<float> want(rows * width, 2.0f * kRounds);
-  for (int64_t j = 0; j < 3000; ++j) {
-    for (int64_t k = 0; k < width; ++k) want[all[j] * width + k] += kRounds;
-  }
-  EXPECT_EQ(ReadAll(store, "d"), want);
+  ConcurrentUpdates c("d");
+  UpdateRequest apply;
+  UpdateOp* op = apply.add_ops();
+  op->set_shard("d");
+  op->set_kind(UpdateOp::APPLY_GRADIENT);
+  op->mutable_range();
+  op->set_values(Bytes(
+      std::vector<float>(ConcurrentUpdates::kRows * ConcurrentUpdates::kWidth, -1.0f)));
+  op->set_dtype(DT_FLOAT32);
+  EXPECT_EQ(c.Run("d", apply, {[&] { return LookupRows(c.store, "d", c.all); },
+                               [&] { return ReadAll(c.store, "d"); }}),
+            0);
+  EXPECT_EQ(ReadAll(c.store, "d"), c.Want());
 }
 
 TEST(VariableStoreGradientTest, ApplySparse_RepeatedIds_SummedFirst) {
