@@ -197,7 +197,8 @@ class RowLockBypass {
     std::atomic<bool> hold_dropped_{false};
   };
 
-  // An operation that takes row locks for its whole scope (a dense update, a range read, ...).
+  // An operation that takes row locks for its whole scope and never bypasses them (the tests use
+  // it for a conflicting operation; the shards' own operations all go through Batch).
   class Locked {
    public:
     Locked(RowLockBypass* owner, bool writer) : owner_(owner), writer_(writer) {
