@@ -314,8 +314,9 @@ struct RawTcpChannel::State : std::enable_shared_from_this<State> {
 
   // Takes the call's `done` to run now, or parks the outcome with it (returning an empty Done)
   // while the call is still being written: done must not free the request under its writer.
-  static Done TakeOrPark(std::map<uint64_t, Pending>& calls, std::map<uint64_t, Pending>::iterator it,
-                         absl::Status status, RawTcpReply reply) {
+  static Done TakeOrPark(std::map<uint64_t, Pending>& calls,
+                         std::map<uint64_t, Pending>::iterator it, absl::Status status,
+                         RawTcpReply reply) {
     if (!it->second.sent) {
       if (!it->second.parked) {
         it->second.parked = true;
@@ -482,7 +483,8 @@ struct RawTcpChannel::State : std::enable_shared_from_this<State> {
                                 : absl::OkStatus();
       RawTcpReply reply;
       if (code == 0) {
-        reply = RawTcpReply{absl::string_view(body.get(), bytes), std::shared_ptr<const void>(body)};
+        reply = RawTcpReply{absl::string_view(body.get(), bytes),
+                            std::shared_ptr<const void>(body)};
       }
       Done done;
       {

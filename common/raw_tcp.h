@@ -91,9 +91,10 @@ class RawTcpChannel {
   // Sends `request` (its pieces, written as they are: they must stay alive until `done` runs) to
   // method number `method`; `done` runs once, never before the pieces are written (so it may free
   // them), on the channel's reader thread (or on this thread if sending fails, or if the call's
-  // outcome came while its pieces were still being written). Errors given to done: the handler's (its code and message), kUnavailable
-  // naming the peer when it can't be reached or the connection broke, kDeadlineExceeded after the
-  // timeout, kUnauthenticated when the token was refused.
+  // outcome came while its pieces were still being written). Errors given to done: the handler's
+  // (its code and message), kUnavailable naming the peer when it can't be reached or the
+  // connection broke, kDeadlineExceeded after the timeout, kUnauthenticated when the token was
+  // refused.
   void Call(int method, const std::vector<absl::string_view>& request, Done done);
 
  private:
