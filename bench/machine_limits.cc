@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/splitmix64.h"
 
 namespace pstrain {
 namespace {
@@ -71,14 +72,6 @@ class Mapping {
   char* data_ = nullptr;
   int64_t mapped_bytes_ = 0;
 };
-
-// splitmix64: fast, good enough to scatter ids uniformly.
-inline uint64_t NextRandom(uint64_t* state) {
-  uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
 
 std::string ErrnoText(absl::string_view what) {
   return absl::StrCat(what, ": ", std::strerror(errno));
@@ -134,7 +127,7 @@ double MeasureRandomGatherRowsPerSec(const LimitTiming& timing, const GatherOpti
   const double rows_per_sec = UnitsPerSec(timing, [&] {
     for (int64_t i = 0; i < n; ++i) {
       // Multiply-shift maps 32 random bits onto [0, num_rows) without a division.
-      ids[i] = static_cast<int64_t>(((NextRandom(&state) >> 32) * num_rows) >> 32);
+      ids[i] = static_cast<int64_t>(((SplitMix64Next(&state) >> 32) * num_rows) >> 32);
     }
     const char* base = table.data();
     char* o = out.get();

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/splitmix64.h"
 
 namespace pstrain {
 namespace {
@@ -93,7 +94,7 @@ PortPicker::PortPicker() {
     first_ = high + 1;
     last_ = 65535;
   }
-  random_state_ = static_cast<uint64_t>(::getpid()) * 0x9e3779b97f4a7c15ULL ^
+  random_state_ = static_cast<uint64_t>(::getpid()) * kSplitMix64Gamma ^
                   static_cast<uint64_t>(absl::ToUnixNanos(absl::Now())) ^
                   reinterpret_cast<uintptr_t>(this);
 }
@@ -105,11 +106,7 @@ absl::StatusOr<int> PortPicker::PickUnusedPort() {
     int port = 0;
     {
       absl::MutexLock lock(&mu_);
-      random_state_ += 0x9e3779b97f4a7c15ULL;  // SplitMix64
-      uint64_t x = random_state_;
-      x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-      x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-      x ^= x >> 31;
+      const uint64_t x = SplitMix64Next(&random_state_);
       port = first_ + static_cast<int>(x % static_cast<uint64_t>(last_ - first_ + 1));
       if (handed_out_.contains(port)) continue;
     }

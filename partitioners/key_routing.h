@@ -17,15 +17,11 @@
 #include <utility>
 
 #include "absl/strings/string_view.h"
+#include "common/splitmix64.h"
 
 namespace pstrain {
 
-inline uint64_t MixKey(int64_t key) {
-  uint64_t x = static_cast<uint64_t>(key) + 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
+inline uint64_t MixKey(int64_t key) { return SplitMix64(static_cast<uint64_t>(key)); }
 
 inline uint32_t RoutingHash(int64_t key) { return static_cast<uint32_t>(MixKey(key) >> 32); }
 

@@ -5,21 +5,15 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/splitmix64.h"
 
 namespace pstrain {
 namespace {
 
-// SplitMix64: a counter-based generator; the same (seed, index) always gives the same bits.
-inline uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 // A uniform double in (0, 1) for element `index`, draw `draw`.
 inline double Uniform01(uint64_t seed, int64_t index, uint64_t draw) {
-  uint64_t bits = Mix(Mix(seed ^ 0x5851f42d4c957f2dULL) ^ Mix(static_cast<uint64_t>(index) * 4 + draw));
+  const uint64_t bits = SplitMix64(SplitMix64(seed ^ 0x5851f42d4c957f2dULL) ^
+                                   SplitMix64(static_cast<uint64_t>(index) * 4 + draw));
   return (static_cast<double>(bits >> 11) + 0.5) * (1.0 / 9007199254740992.0);
 }
 
@@ -107,12 +101,11 @@ void InitializeFloat(const InitializerDef& init, int64_t first_element, int64_t 
 
 void InitializeFloatForKey(const InitializerDef& init, int64_t key, int64_t count, float* out) {
   // A stream of its own per key (a dynamic table draws a row at every insert, so this is on its
-  // hot path): draw n is Mix(key_seed + n * gamma), SplitMix64's sequence, and each 64-bit draw
-  // gives two 32-bit halves (low first), each a uniform in (0, 1) of 23 bits (exact in float
-  // arithmetic): one Mix per two elements, where InitializeFloat spends two per element.
+  // hot path): draw n is SplitMix64(key_seed + n * gamma), SplitMix64's sequence, and each 64-bit
+  // draw gives two 32-bit halves (low first), each a uniform in (0, 1) of 23 bits (exact in float
+  // arithmetic): one mix per two elements, where InitializeFloat spends two per element.
   const uint64_t key_seed =
-      Mix(init.seed() ^ Mix(static_cast<uint64_t>(key) ^ 0x6a09e667f3bcc909ULL));
-  constexpr uint64_t kGamma = 0x9e3779b97f4a7c15ULL;
+      SplitMix64(init.seed() ^ SplitMix64(static_cast<uint64_t>(key) ^ 0x6a09e667f3bcc909ULL));
   uint64_t next_draw = 0;
   auto uniform = [](uint32_t b) {  // in (0, 1)
     return (static_cast<float>(static_cast<int32_t>(b >> 9)) + 0.5f) * (1.0f / 8388608.0f);
@@ -130,8 +123,8 @@ void InitializeFloatForKey(const InitializerDef& init, int64_t key, int64_t coun
       const float lo = static_cast<float>(init.minval());
       const float span = static_cast<float>(init.maxval() - init.minval());
       for (int64_t i = 0; i < count; i += 4) {
-        const U64x2 draws = {Mix(key_seed + next_draw * kGamma),
-                             Mix(key_seed + (next_draw + 1) * kGamma)};
+        const U64x2 draws = {SplitMix64(key_seed + next_draw * kSplitMix64Gamma),
+                             SplitMix64(key_seed + (next_draw + 1) * kSplitMix64Gamma)};
         next_draw += 2;
         U32x4 halves;
         std::memcpy(&halves, &draws, sizeof(halves));
@@ -155,7 +148,7 @@ void InitializeFloatForKey(const InitializerDef& init, int64_t key, int64_t coun
       const float stddev = static_cast<float>(init.stddev());
       int64_t i = 0;
       while (i < count) {
-        const uint64_t bits = Mix(key_seed + next_draw++ * kGamma);
+        const uint64_t bits = SplitMix64(key_seed + next_draw++ * kSplitMix64Gamma);
         const float r = std::sqrt(-2.0f * std::log(uniform(static_cast<uint32_t>(bits))));
         const float theta = 6.2831853f * uniform(static_cast<uint32_t>(bits >> 32));
         for (const float z : {r * std::cos(theta), r * std::sin(theta)}) {
