@@ -11,6 +11,8 @@
 #include <deque>
 #include <functional>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -21,9 +23,39 @@
 
 namespace pstrain {
 
-// Where a handler writes its reply: `allocate(bytes)` (called at most once) returns memory for
+// Where a handler writes its reply: `reply(bytes)` (called at most once) returns memory for
 // exactly `bytes` bytes of the reply's wire format. Not calling it replies with zero bytes.
-using ReplyAllocator = std::function<char*(size_t bytes)>;
+//
+// A handler may also hand its reply over while still writing it: `reply.Ready(n)` says the first n
+// bytes are final and the call will succeed, so a transport that can stream (the data plane,
+// common/raw_tcp.h) may send them before the handler returns, overlapping the rest of its work
+// with the wire. n never decreases; a handler that called it must return OK (a transport that sent
+// part of a reply can only close the connection if it doesn't). Transports that can't stream
+// (gRPC's unary calls) ignore it.
+class ReplyAllocator {
+ public:
+  using AllocateFn = std::function<char*(size_t bytes)>;
+  using ReadyFn = std::function<void(size_t bytes)>;
+
+  ReplyAllocator(AllocateFn allocate, ReadyFn ready)
+      : allocate_(std::move(allocate)), ready_(std::move(ready)) {}
+  // Any callable as `allocate`, without Ready.
+  template <typename F,
+            typename = std::enable_if_t<std::is_invocable_r_v<char*, F&, size_t> &&
+                                        !std::is_same_v<std::decay_t<F>, ReplyAllocator>>>
+  ReplyAllocator(F allocate) : allocate_(std::move(allocate)) {}  // NOLINT: implicit on purpose
+
+  char* operator()(size_t bytes) const { return allocate_(bytes); }
+  void Ready(size_t bytes) const {
+    if (ready_) ready_(bytes);
+  }
+  // Whether Ready goes anywhere (a handler may skip the work of streaming when it doesn't).
+  bool streams() const { return static_cast<bool>(ready_); }
+
+ private:
+  AllocateFn allocate_;
+  ReadyFn ready_;
+};
 
 // Serves one call of the service's method number `method` (its index in the service descriptor)
 // on `request`, the received bytes in pieces.

@@ -36,6 +36,8 @@ constexpr uint32_t kMaxToken = 4096;
 constexpr uint32_t kMaxMessage = 1 << 20;
 constexpr size_t kRequestHeader = 4 + 4 + 8 + 8;
 constexpr size_t kReplyHeader = 4 + 4 + 8 + 4 + 8;
+// A streamed reply (ReplyAllocator::Ready) is written in pieces of at least this many bytes.
+constexpr size_t kMinStreamBytes = 32 << 10;
 
 template <typename T>
 void Put(char* at, T v) {
@@ -91,6 +93,20 @@ bool WriteAll(int fd, std::vector<iovec> iov) {
     while (at < iov.size() && iov[at].iov_len == 0) ++at;
   }
   return true;
+}
+
+// One write of `iov` (its first IOV_MAX pieces) that takes only the room the socket has now:
+// the bytes it took (0 when it had none), or -1 on an error.
+ssize_t WriteNow(int fd, std::vector<iovec>* iov) {
+  msghdr msg{};
+  msg.msg_iov = iov->data();
+  msg.msg_iovlen = std::min<size_t>(iov->size(), IOV_MAX);
+  for (;;) {
+    const ssize_t sent = ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (sent >= 0) return sent;
+    if (errno == EINTR) continue;
+    return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+  }
 }
 
 iovec Iov(const void* p, size_t n) { return iovec{const_cast<void*>(p), n}; }
@@ -248,25 +264,74 @@ class RawTcpServerImpl final : public RawTcpServer {
       }
       std::unique_ptr<char[]> request(new char[bytes == 0 ? 1 : bytes]);
       if (!ReadFull(fd, request.get(), bytes)) return;
+      // The reply, sent whole after the handler returns or, when it calls Ready, partly while it
+      // still works on the rest: the header (with the size it allocated) and the bytes ready go
+      // out as far as the socket takes them without waiting (so a slow reader never holds up the
+      // handler, which may hold a shard's rows meanwhile); the rest after it returns.
       std::unique_ptr<char[]> reply;
       size_t reply_bytes = 0;
-      absl::Status status = handler_(
-          static_cast<int>(method), {absl::string_view(request.get(), bytes)},
+      char head[kReplyHeader];
+      size_t head_sent = 0;   // of a streamed reply's header; > 0: the call must succeed
+      size_t sent = 0;        // of a streamed reply's bytes
+      bool broken = false;    // a write failed
+      auto header = [&](const absl::Status& status, size_t message_bytes, size_t bytes) {
+        std::memcpy(head, kReply, 4);
+        Put<uint32_t>(head + 4, static_cast<uint32_t>(status.code()));
+        Put<uint64_t>(head + 8, id);
+        Put<uint32_t>(head + 16, static_cast<uint32_t>(message_bytes));
+        Put<uint64_t>(head + 20, bytes);
+      };
+      // Streaming overlaps the handler's work with the wire when cores are idle; with other
+      // requests in the handler they are not, and the extra writes and wake-ups only cost.
+      const bool alone = serving_.fetch_add(1) == 0;
+      const ReplyAllocator allocator(
           [&](size_t n) -> char* {
             reply.reset(new char[n == 0 ? 1 : n]);
             reply_bytes = n;
             return reply.get();
+          },
+          !alone ? ReplyAllocator::ReadyFn() : [&](size_t n) {
+            // The last byte waits for the handler's return, so a reply it fails after all
+            // never arrives complete: the client sees the connection break, not a success.
+            n = std::min(n, reply_bytes == 0 ? 0 : reply_bytes - 1);
+            if (broken || n < sent + kMinStreamBytes) return;  // fewer, larger writes
+            if (head_sent == 0) header(absl::OkStatus(), 0, reply_bytes);
+            std::vector<iovec> iov;
+            if (head_sent < kReplyHeader) {
+              iov.push_back(Iov(head + head_sent, kReplyHeader - head_sent));
+            }
+            iov.push_back(Iov(reply.get() + sent, n - sent));
+            const ssize_t took = WriteNow(fd, &iov);
+            if (took < 0) {
+              broken = true;
+              return;
+            }
+            const size_t to_head = std::min<size_t>(took, kReplyHeader - head_sent);
+            head_sent += to_head;
+            sent += static_cast<size_t>(took) - to_head;
           });
+      absl::Status status = handler_(static_cast<int>(method),
+                                     {absl::string_view(request.get(), bytes)}, allocator);
+      serving_.fetch_sub(1);
       request.reset();
+      if (broken) return;
+      if (head_sent > 0) {
+        if (!status.ok()) {
+          // A handler broke Ready's promise: the reply is half sent, so the connection goes.
+          LOG(ERROR) << "data plane: method " << method << " failed after streaming part of its "
+                     << "reply (" << status << "); closing the connection";
+          return;
+        }
+        if (!WriteAll(fd, {Iov(head + head_sent, kReplyHeader - head_sent),
+                           Iov(reply.get() + sent, reply_bytes - sent)})) {
+          return;
+        }
+        continue;
+      }
       std::string message(status.message().substr(0, kMaxMessage));
       if (!status.ok()) reply_bytes = 0;
-      char out[kReplyHeader];
-      std::memcpy(out, kReply, 4);
-      Put<uint32_t>(out + 4, static_cast<uint32_t>(status.code()));
-      Put<uint64_t>(out + 8, id);
-      Put<uint32_t>(out + 16, static_cast<uint32_t>(message.size()));
-      Put<uint64_t>(out + 20, reply_bytes);
-      if (!WriteAll(fd, {Iov(out, sizeof(out)), Iov(message.data(), message.size()),
+      header(status, message.size(), reply_bytes);
+      if (!WriteAll(fd, {Iov(head, sizeof(head)), Iov(message.data(), message.size()),
                          Iov(reply.get(), reply_bytes)})) {
         return;
       }
@@ -278,6 +343,7 @@ class RawTcpServerImpl final : public RawTcpServer {
   int listen_fd_ = -1;
   int port_ = 0;
   std::atomic<bool> stopping_{false};
+  std::atomic<int> serving_{0};  // requests in the handler, over every connection
   std::thread accept_thread_;
   // The connections being served (their threads detached).
   struct Tracker {

@@ -10,7 +10,13 @@
 //   server -> client   "PSRP" u32 code     u64 id  u32 message_bytes  u64 bytes  message  reply
 //
 // (integers little-endian). Replies come in request order per connection; a client keeps several
-// requests in flight on one connection (pipelined) and matches replies by id. The same token as the
+// requests in flight on one connection (pipelined) and matches replies by id. A handler that
+// reports its reply's bytes ready before it returns (ReplyAllocator::Ready) has them sent as far as
+// the socket takes them without waiting, header first, while it works on the rest: a lookup's rows
+// are on the wire while the later ones are still gathered. It is offered only while no other
+// request is in the handler (then the cores are busy anyway). The last byte waits for the
+// handler's return; a handler that fails after Ready has its connection closed (its client sees
+// kUnavailable, never a truncated success). The same token as the
 // gRPC calls' authenticates a connection (checked in constant time before any request is read);
 // the frames are not encrypted, so with TLS configured the data plane is not used (the ps doesn't
 // start it, and a client doesn't ask for it): plaintext never carries what TLS should protect.

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdint>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -204,6 +206,183 @@ TEST(RawTcpTest, MalformedFrame_ConnectionClosed_ServerGoesOn) {
   ::close(fd);
   RawTcpChannel channel("127.0.0.1", server->port(), {});
   EXPECT_EQ(CallAndWait(channel, 0, {"still"}).bytes, "llits");
+}
+
+// A handler that streams (ReplyAllocator::Ready): method 0 writes `bytes` bytes (byte i is
+// i % 251) in pieces, reporting each one ready; after `pause_at` bytes it waits for `resume`. It
+// records whether it was offered streaming, and notifies `returned` when it returns. Method 1
+// reports the whole reply ready, then fails. Method 2 blocks until `resume`.
+struct StreamingHandler {
+  size_t bytes = 0;
+  size_t pause_at = SIZE_MAX;
+  absl::Notification resume;
+  absl::Notification returned;
+  std::atomic<int> streams{-1};
+  std::atomic<int> blocked{0};
+
+  absl::Status operator()(int method, const std::vector<absl::string_view>&,
+                          const ReplyAllocator& reply) {
+    if (method == 2) {
+      blocked.fetch_add(1);
+      resume.WaitForNotification();
+      reply(1)[0] = 'b';
+      return absl::OkStatus();
+    }
+    streams = reply.streams() ? 1 : 0;
+    char* out = reply(bytes);
+    constexpr size_t kPiece = 64 << 10;
+    for (size_t at = 0; at < bytes; at += kPiece) {
+      const size_t end = std::min(bytes, at + kPiece);
+      for (size_t i = at; i < end; ++i) out[i] = static_cast<char>(i % 251);
+      reply.Ready(end);
+      if (at < pause_at && end >= pause_at) resume.WaitForNotification();
+    }
+    if (!returned.HasBeenNotified()) returned.Notify();
+    if (method == 1) return absl::InternalError("broke its promise");
+    return absl::OkStatus();
+  }
+};
+
+std::unique_ptr<RawTcpServer> ServeWith(StreamingHandler* handler) {
+  RawTcpServerOptions options;
+  options.host = "127.0.0.1";
+  auto server = RawTcpServer::Start(
+      options, [handler](int method, const std::vector<absl::string_view>& request,
+                         const ReplyAllocator& reply) { return (*handler)(method, request, reply); });
+  EXPECT_TRUE(server.ok()) << server.status();
+  return server.ok() ? std::move(*server) : nullptr;
+}
+
+bool Patterned(absl::string_view bytes) {
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    if (bytes[i] != static_cast<char>(i % 251)) return false;
+  }
+  return true;
+}
+
+// A client speaking the protocol by hand, to see bytes as they arrive.
+class RawClient {
+ public:
+  explicit RawClient(int port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ok_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    const char hello[12] = {'P', 'S', 'H', 'I', 1, 0, 0, 0, 0, 0, 0, 0};
+    ok_ = ok_ && ::send(fd_, hello, sizeof(hello), MSG_NOSIGNAL) == sizeof(hello);
+    std::string answer;
+    ok_ = ok_ && Read(12, &answer) && answer.substr(0, 4) == "PSOK" && answer[4] == 0;
+  }
+  ~RawClient() { ::close(fd_); }
+  bool ok() const { return ok_; }
+  bool Request(uint32_t method) {
+    char frame[24] = {'P', 'S', 'R', 'Q'};
+    std::memcpy(frame + 4, &method, 4);
+    const uint64_t id = 1, bytes = 0;
+    std::memcpy(frame + 8, &id, 8);
+    std::memcpy(frame + 16, &bytes, 8);
+    return ::send(fd_, frame, sizeof(frame), MSG_NOSIGNAL) == sizeof(frame);
+  }
+  bool Read(size_t n, std::string* out) {
+    out->resize(n);
+    for (size_t at = 0; at < n;) {
+      const ssize_t got = ::recv(fd_, out->data() + at, n - at, 0);
+      if (got <= 0) return false;
+      at += static_cast<size_t>(got);
+    }
+    return true;
+  }
+
+ private:
+  int fd_ = -1;
+  bool ok_ = false;
+};
+
+// A streamed reply's first part reaches the client while the handler still works on the rest,
+// and the whole reply arrives exact, through the channel as by hand.
+TEST(RawTcpStreamTest, ReadyBytesArriveWhileTheHandlerWorks_WholeReplyExact) {
+  StreamingHandler handler;
+  handler.bytes = 3 << 20;
+  handler.pause_at = 1 << 20;
+  auto server = ServeWith(&handler);
+  RawClient client(server->port());
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE(client.Request(0));
+  std::string header, first, rest;
+  ASSERT_TRUE(client.Read(28, &header));
+  EXPECT_EQ(header.substr(0, 4), "PSRP");
+  uint64_t bytes = 0;
+  std::memcpy(&bytes, header.data() + 20, 8);
+  EXPECT_EQ(bytes, handler.bytes);
+  ASSERT_TRUE(client.Read(1 << 20, &first));  // before the handler goes on
+  EXPECT_FALSE(handler.returned.HasBeenNotified());
+  EXPECT_EQ(handler.streams.load(), 1);
+  handler.resume.Notify();
+  ASSERT_TRUE(client.Read(handler.bytes - first.size(), &rest));
+  EXPECT_TRUE(Patterned(first + rest));
+
+  StreamingHandler again;
+  again.bytes = (5 << 20) + 12345;  // not a whole number of pieces
+  auto server2 = ServeWith(&again);
+  RawTcpChannel channel("127.0.0.1", server2->port(), {});
+  Result r = CallAndWait(channel, 0, {"x"});
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_EQ(r.bytes.size(), again.bytes);
+  EXPECT_TRUE(Patterned(r.bytes));
+}
+
+// Ready never waits for the client: a reply far bigger than the sockets' buffers, all reported
+// ready, lets the handler return while nobody reads; the client then gets every byte.
+TEST(RawTcpStreamTest, SlowReader_NeverHoldsUpTheHandler) {
+  StreamingHandler handler;
+  handler.bytes = 64 << 20;
+  auto server = ServeWith(&handler);
+  RawClient client(server->port());
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE(client.Request(0));
+  EXPECT_TRUE(handler.returned.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  std::string header, body;
+  ASSERT_TRUE(client.Read(28, &header));
+  ASSERT_TRUE(client.Read(handler.bytes, &body));
+  EXPECT_TRUE(Patterned(body));
+}
+
+// A handler that fails after streaming part of its reply can't take the bytes back: the
+// connection is closed (the call fails kUnavailable), and the next call connects afresh.
+TEST(RawTcpStreamTest, FailureAfterReady_ConnectionClosed_NextCallServed) {
+  StreamingHandler handler;
+  handler.bytes = 1 << 20;
+  auto server = ServeWith(&handler);
+  RawTcpChannelOptions options;
+  options.connections = 1;
+  RawTcpChannel channel("127.0.0.1", server->port(), options);
+  EXPECT_THAT(CallAndWait(channel, 1, {"x"}).status,
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("broke")));
+  Result r = CallAndWait(channel, 0, {"x"});
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_TRUE(Patterned(r.bytes));
+}
+
+// With another request in the handler (cores busy) a reply is not streamed: no Ready offered.
+TEST(RawTcpStreamTest, NotOfferedWhileAnotherRequestIsServed) {
+  StreamingHandler handler;
+  handler.bytes = 1 << 20;
+  auto server = ServeWith(&handler);
+  RawTcpChannel channel("127.0.0.1", server->port(), {});  // two connections, calls in turn
+  absl::Notification blocked_done;
+  channel.Call(2, {"x"}, [&](absl::Status, RawTcpReply) { blocked_done.Notify(); });
+  while (handler.blocked.load() == 0) absl::SleepFor(absl::Milliseconds(1));
+  Result r = CallAndWait(channel, 0, {"x"});
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_TRUE(Patterned(r.bytes));
+  EXPECT_EQ(handler.streams.load(), 0);
+  handler.resume.Notify();
+  blocked_done.WaitForNotification();
+  Result alone = CallAndWait(channel, 0, {"x"});
+  EXPECT_TRUE(Patterned(alone.bytes));
+  EXPECT_EQ(handler.streams.load(), 1);
 }
 
 }  // namespace

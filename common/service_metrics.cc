@@ -46,10 +46,13 @@ RawHandler InstrumentRawHandler(RawHandler handler,
     int64_t in = 0;
     for (absl::string_view piece : request) in += static_cast<int64_t>(piece.size());
     int64_t out = 0;
-    ReplyAllocator counted = [&reply, &out](size_t bytes) {
-      out += static_cast<int64_t>(bytes);
-      return reply(bytes);
-    };
+    ReplyAllocator counted(
+        [&reply, &out](size_t bytes) {
+          out += static_cast<int64_t>(bytes);
+          return reply(bytes);
+        },
+        reply.streams() ? ReplyAllocator::ReadyFn([&reply](size_t n) { reply.Ready(n); })
+                        : ReplyAllocator::ReadyFn());
     absl::Status status = handler(method, request, counted);
     s.requests->Increment();
     s.received->Increment(in);

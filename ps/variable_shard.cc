@@ -1,9 +1,11 @@
 #include "ps/variable_shard.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <limits>
 #include <new>
+#include <thread>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -50,6 +52,8 @@ constexpr size_t kSlotStaggerLines = 67;
 // A request's rows are split into pieces of at least this many for the store's pool (below that,
 // waking a thread costs more than it saves: 4096 rows are ~100 us of work).
 constexpr int64_t kMinRowsPerPiece = 4096;
+// A streamed lookup or read (RowsReady) reports its rows in pieces of about this many bytes.
+constexpr int64_t kStreamPieceBytes = 128 << 10;
 
 int64_t Pieces(ThreadPool* pool, int64_t rows) {
   return pool == nullptr ? 1 : std::max<int64_t>(1, rows / kMinRowsPerPiece);
@@ -203,11 +207,40 @@ absl::Status VariableShard::ValidateLookup(absl::string_view ids) const {
   return ValidateIds(ids, "lookup");
 }
 
-void VariableShard::Lookup(absl::string_view ids, char* out, ThreadPool* pool) const {
+void VariableShard::Lookup(absl::string_view ids, char* out, ThreadPool* pool,
+                           const RowsReady& ready) const {
   const int64_t n = ids.size() / 8;
   const char* values = values_.data();
-  ForEachRowLocked(ids, /*write=*/false, /*with_slots=*/false, pool, [&](int64_t i, int64_t row) {
+  auto copy = [&](int64_t i, int64_t row) {
     std::memcpy(out + i * row_bytes_, values + row * row_bytes_, row_bytes_);
+  };
+  if (!ready || n == 0 || row_bytes_ == 0) {
+    ForEachRowLocked(ids, /*write=*/false, /*with_slots=*/false, pool, copy);
+    return;
+  }
+  // Streamed: small pieces claimed in order by every thread; after each of its own, the calling
+  // thread reports the finished prefix (its report may send it: the pool's threads go on
+  // gathering meanwhile).
+  const int64_t rows_per_piece = std::max<int64_t>(1, kStreamPieceBytes / row_bytes_);
+  const int64_t pieces = (n + rows_per_piece - 1) / rows_per_piece;
+  std::unique_ptr<std::atomic<bool>[]> finished(new std::atomic<bool>[pieces]);
+  for (int64_t p = 0; p < pieces; ++p) finished[p].store(false, std::memory_order_relaxed);
+  const std::thread::id caller = std::this_thread::get_id();
+  int64_t prefix = 0;  // pieces known finished, in order (the calling thread's)
+  RowLockBypass::Batch batch(&bypass_, /*write=*/false);
+  ParallelFor(pool, pieces, [&](int64_t p) {
+    {
+      RowLockBypass::Piece piece(&batch);
+      ForEachRow(ids, p * rows_per_piece, std::min(n, (p + 1) * rows_per_piece),
+                 /*with_slots=*/false, [&](int64_t i, int64_t row) {
+                   piece.Run(locks_.get(), row, row_bytes_, [&] { copy(i, row); });
+                 });
+    }
+    finished[p].store(true, std::memory_order_release);
+    if (std::this_thread::get_id() != caller) return;
+    const int64_t before = prefix;
+    while (prefix < pieces && finished[prefix].load(std::memory_order_acquire)) ++prefix;
+    if (prefix > before) ready(std::min(n, prefix * rows_per_piece));
   });
 }
 
@@ -235,11 +268,12 @@ absl::Status VariableShard::ValidateRead(const RowRange& range, int64_t* begin,
   return ValidateRange(range, begin, end);
 }
 
-void VariableShard::Read(int64_t begin, int64_t end, char* out) const {
+void VariableShard::Read(int64_t begin, int64_t end, char* out, const RowsReady& ready) const {
   const char* values = values_.data();
   const int64_t block = locks_->rows_per_block();
   RowLockBypass::Batch batch(&bypass_, /*writer=*/false);
   RowLockBypass::Piece piece(&batch);
+  int64_t reported = begin;  // rows before it were reported ready
   for (int64_t row = begin; row < end;) {
     const int64_t stop = std::min(end, (row / block + 1) * block);  // to the end of row's block
     piece.Run(locks_.get(), row, (stop - row) * row_bytes_, [&] {
@@ -247,6 +281,10 @@ void VariableShard::Read(int64_t begin, int64_t end, char* out) const {
                   (stop - row) * row_bytes_);
     });
     row = stop;
+    if (ready && (row - reported) * row_bytes_ >= kStreamPieceBytes) {
+      ready(row - begin);
+      reported = row;
+    }
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,11 +51,17 @@ class VariableShard {
   absl::Status ValidateLookup(absl::string_view ids) const;
   // Writes one row per id into `out` (ids.size()/8 * row_bytes() bytes).
   // `pool` (may be null): pieces of a large request run on it too (ParallelFor).
-  void Lookup(absl::string_view ids, char* out, ThreadPool* pool = nullptr) const;
+  // `ready` (may be empty): called on the calling thread as the rows are written, with n: rows
+  // [0, n) of `out` are final (n grows; the last call may come before all are), so a server can
+  // send them while the rest are gathered (ReplyAllocator::Ready).
+  using RowsReady = std::function<void(int64_t rows)>;
+  void Lookup(absl::string_view ids, char* out, ThreadPool* pool = nullptr,
+              const RowsReady& ready = nullptr) const;
 
   // Read: a global row range (0,0 = all). Returns the shard-local [begin, end).
   absl::Status ValidateRead(const RowRange& range, int64_t* begin, int64_t* end) const;
-  void Read(int64_t begin, int64_t end, char* out) const;
+  // Copies rows [begin, end) into `out`; `ready` (may be empty) as Lookup's, counting from begin.
+  void Read(int64_t begin, int64_t end, char* out, const RowsReady& ready = nullptr) const;
 
   // Update: assign, assign-add, or apply a gradient with the shard's optimizer.
   // Errors: kInvalidArgument (values not a whole number of rows, count mismatch, ids out of range,

@@ -317,16 +317,32 @@ absl::StatusOr<std::vector<char*>> LayOutValuesMessage(
 }  // namespace
 
 absl::Status VariableStore::LookupSerialized(
-    const LookupRequest& request, const std::function<char*(size_t bytes)>& allocate) const {
+    const LookupRequest& request, const std::function<char*(size_t bytes)>& allocate,
+    const std::function<void(size_t bytes)>& ready) const {
   bool inserts = false;
   ASSIGN_OR_RETURN(const std::vector<Target> targets, PlanLookup(request, &inserts));
   std::vector<uint64_t> lengths(request.ops_size());
   for (int i = 0; i < request.ops_size(); ++i) {
     lengths[i] = request.ops(i).ids().size() / 8 * targets[i].row_bytes();
   }
+  char* start = nullptr;
   ASSIGN_OR_RETURN(const std::vector<char*> values,
-                   LayOutValuesMessage(lengths, allocate, "lookup"));
-  return RunLookup(request, targets, inserts, [&](int i) { return values[i]; });
+                   LayOutValuesMessage(
+                       lengths, [&](size_t bytes) { return start = allocate(bytes); }, "lookup"));
+  const bool fixed_only =
+      std::all_of(targets.begin(), targets.end(), [](const Target& t) { return t.fixed; });
+  if (!ready || !fixed_only) {
+    return RunLookup(request, targets, inserts, [&](int i) { return values[i]; });
+  }
+  // Fixed shards only: nothing can fail from here, so the reply streams as it is gathered.
+  for (int i = 0; i < request.ops_size(); ++i) {
+    const int64_t row_bytes = targets[i].row_bytes();
+    const size_t at = static_cast<size_t>(values[i] - start);
+    targets[i].fixed->Lookup(request.ops(i).ids(), values[i], pool_.get(), [&](int64_t rows) {
+      ready(at + static_cast<size_t>(rows * row_bytes));
+    });
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<VariableStore::ReadPlan> VariableStore::PlanRead(
@@ -344,12 +360,21 @@ absl::StatusOr<VariableStore::ReadPlan> VariableStore::PlanRead(
 }
 
 absl::Status VariableStore::ReadSerialized(
-    const ReadRequest& request, const std::function<char*(size_t bytes)>& allocate) const {
+    const ReadRequest& request, const std::function<char*(size_t bytes)>& allocate,
+    const std::function<void(size_t bytes)>& ready) const {
   ASSIGN_OR_RETURN(const ReadPlan plan, PlanRead(request));
+  char* start = nullptr;
   ASSIGN_OR_RETURN(const std::vector<char*> values,
-                   LayOutValuesMessage(plan.bytes, allocate, "read"));
+                   LayOutValuesMessage(
+                       plan.bytes, [&](size_t bytes) { return start = allocate(bytes); }, "read"));
   for (int i = 0; i < request.ops_size(); ++i) {
-    plan.shards[i]->Read(plan.ranges[i].first, plan.ranges[i].second, values[i]);
+    const int64_t row_bytes = plan.shards[i]->row_bytes();
+    const size_t at = static_cast<size_t>(values[i] - start);
+    plan.shards[i]->Read(plan.ranges[i].first, plan.ranges[i].second, values[i],
+                         ready ? VariableShard::RowsReady([&](int64_t rows) {
+                           ready(at + static_cast<size_t>(rows * row_bytes));
+                         })
+                               : VariableShard::RowsReady());
   }
   return absl::OkStatus();
 }

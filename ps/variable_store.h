@@ -62,13 +62,19 @@ class VariableStore {
   // Lookup with the reply written straight in LookupResponse's wire format (field 1, one
   // length-delimited value per op) into ONE buffer of `bytes` that `allocate(bytes)` returns, so a
   // server can send it as it is: no zero-filled strings, no serializing copy. Errors: as Lookup;
-  // `allocate` is called only once the request is valid.
+  // `allocate` is called only once the request is valid. `ready` (may be empty) is called with n
+  // as the first n bytes of that buffer become final, only where the call can no longer fail
+  // (lookups of fixed shards: a dynamic table's may run out of memory), so a server may stream
+  // them (ReplyAllocator::Ready).
   absl::Status LookupSerialized(const LookupRequest& request,
-                                const std::function<char*(size_t bytes)>& allocate) const;
+                                const std::function<char*(size_t bytes)>& allocate,
+                                const std::function<void(size_t bytes)>& ready = nullptr) const;
   absl::Status Read(const ReadRequest& request, ReadResponse* response) const;
-  // Read written straight in ReadResponse's wire format, as LookupSerialized.
+  // Read written straight in ReadResponse's wire format, as LookupSerialized (a read can't fail
+  // once planned: `ready` streams every reply).
   absl::Status ReadSerialized(const ReadRequest& request,
-                              const std::function<char*(size_t bytes)>& allocate) const;
+                              const std::function<char*(size_t bytes)>& allocate,
+                              const std::function<void(size_t bytes)>& ready = nullptr) const;
   absl::Status Update(const UpdateRequest& request);
   // Update from UpdateRequest's wire format in pieces (gRPC's received slices), applied from where
   // it lies: no copy of the values into protobuf strings. Errors: as Update, plus kInvalidArgument

@@ -1,5 +1,6 @@
 #include "ps/variable_store.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <functional>
@@ -510,6 +511,103 @@ TEST(VariableStoreLookupSerializedTest, ParsesToTheSameResponse) {
                                      }),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("5000")));
   EXPECT_FALSE(allocated);
+}
+
+// Streamed replies (a `ready` callback, as the data plane gives): every prefix reported is already
+// final (it equals the unstreamed reply's bytes at the moment it is reported), the reports grow,
+// and the whole reply is byte for byte the unstreamed one; with the pool and without. A request
+// with a dynamic table's op (which may still fail) is never streamed.
+TEST(VariableStoreLookupSerializedTest, Streamed_EveryReportedPrefixFinal_SameBytes) {
+  const int64_t rows = 100000, width = 16;  // 64-byte rows: a 128 KiB piece is 2048 of them
+  for (int threads : {0, 2}) {
+    SCOPED_TRACE(threads);
+    VariableStore store(threads);
+    VariableShardDef table = FloatShard("a", rows, 0, rows, width, /*init=*/0.0f);
+    table.mutable_initializer()->set_kind(InitializerDef::UNIFORM);
+    table.mutable_initializer()->set_minval(-1);
+    table.mutable_initializer()->set_maxval(1);
+    table.mutable_initializer()->set_seed(3);
+    VariableShardDef dynamic;
+    dynamic.set_name("d");
+    dynamic.set_variable("d");
+    dynamic.add_full_shape(width);
+    dynamic.set_dtype(DT_FLOAT32);
+    dynamic.mutable_initializer()->set_kind(InitializerDef::ZEROS);
+    dynamic.set_num_shards(1);
+    dynamic.mutable_dynamic()->set_dim(width);
+    const auto created =
+        store.CreateShards({table, FloatShard("b", 10, 0, 10, 1, /*init=*/2.0f), dynamic});
+    ASSERT_TRUE(created.ok()) << created.status();
+    std::mt19937_64 rng(9);
+    std::vector<int64_t> ids(30000);
+    for (int64_t& id : ids) id = static_cast<int64_t>(rng() % rows);
+    LookupRequest request;
+    auto add = [&](LookupRequest* r, const std::string& shard, const std::vector<int64_t>& ids) {
+      LookupOp* op = r->add_ops();
+      op->set_shard(shard);
+      op->set_ids(Bytes(ids));
+    };
+    add(&request, "a", ids);
+    add(&request, "b", {1, 2});
+    add(&request, "a", std::vector<int64_t>(ids.begin(), ids.begin() + 5000));
+    std::string expected;
+    ASSERT_TRUE(store
+                    .LookupSerialized(request,
+                                      [&](size_t bytes) {
+                                        expected.assign(bytes, '\0');
+                                        return expected.data();
+                                      })
+                    .ok());
+    std::string wire;
+    std::vector<size_t> reports;
+    bool prefixes_final = true;
+    auto allocate = [&](size_t bytes) {
+      wire.assign(bytes, '\xff');
+      return wire.data();
+    };
+    auto ready = [&](size_t n) {
+      reports.push_back(n);
+      prefixes_final = prefixes_final && n <= wire.size() &&
+                       std::memcmp(wire.data(), expected.data(), n) == 0;
+    };
+    ASSERT_TRUE(store.LookupSerialized(request, allocate, ready).ok());
+    EXPECT_EQ(wire, expected);
+    EXPECT_TRUE(prefixes_final);
+    // 30,000 + 5,000 rows of 64 bytes in 128 KiB pieces, and "b": 15 + 3 + 1 on one thread; with the
+    // pool, the calling thread reports after the pieces it gathered itself.
+    if (threads == 0) {
+      EXPECT_EQ(reports.size(), 19u);
+    } else {
+      EXPECT_GE(reports.size(), 2u);
+    }
+    EXPECT_TRUE(std::is_sorted(reports.begin(), reports.end()));
+    EXPECT_LE(reports.back(), wire.size());
+
+    // Read: one op of the whole table.
+    ReadRequest read;
+    read.add_ops()->set_shard("a");
+    std::string read_expected;
+    ASSERT_TRUE(store
+                    .ReadSerialized(read,
+                                    [&](size_t bytes) {
+                                      read_expected.assign(bytes, '\0');
+                                      return read_expected.data();
+                                    })
+                    .ok());
+    expected = read_expected;
+    reports.clear();
+    ASSERT_TRUE(store.ReadSerialized(read, allocate, ready).ok());
+    EXPECT_EQ(wire, read_expected);
+    EXPECT_TRUE(prefixes_final);
+    EXPECT_GE(reports.size(), 40u);  // 6.4 MB
+    EXPECT_TRUE(std::is_sorted(reports.begin(), reports.end()));
+
+    // With a dynamic table's op: whole, never streamed.
+    add(&request, "d", {7, 8});
+    reports.clear();
+    ASSERT_TRUE(store.LookupSerialized(request, allocate, ready).ok());
+    EXPECT_TRUE(reports.empty());
+  }
 }
 
 TEST(VariableStoreDenseTest, NarrowRows_RangesAcrossLockBlocks_Exact) {
