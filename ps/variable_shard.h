@@ -108,7 +108,7 @@ class VariableShard {
     }
   }
   // Calls fn(i, local row of ids[i]) for i in [begin, end) in order, prefetching rows (and slots)
-  // kPrefetchAhead positions ahead.
+  // kPrefetchLines cache lines ahead.
   template <typename Fn>
   void ForEachRow(absl::string_view ids, int64_t begin, int64_t end, bool with_slots, Fn fn) const;
   // Calls fn(i, local row of ids[i]) for every position, in pieces over `pool` (may be null), each
