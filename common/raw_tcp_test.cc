@@ -246,9 +246,11 @@ struct StreamingHandler {
 std::unique_ptr<RawTcpServer> ServeWith(StreamingHandler* handler) {
   RawTcpServerOptions options;
   options.host = "127.0.0.1";
-  auto server = RawTcpServer::Start(
-      options, [handler](int method, const std::vector<absl::string_view>& request,
-                         const ReplyAllocator& reply) { return (*handler)(method, request, reply); });
+  auto server = RawTcpServer::Start(options, [handler](int method,
+                                                      const std::vector<absl::string_view>& request,
+                                                      const ReplyAllocator& reply) {
+    return (*handler)(method, request, reply);
+  });
   EXPECT_TRUE(server.ok()) << server.status();
   return server.ok() ? std::move(*server) : nullptr;
 }

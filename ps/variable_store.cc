@@ -329,8 +329,8 @@ absl::Status VariableStore::LookupSerialized(
   ASSIGN_OR_RETURN(const std::vector<char*> values,
                    LayOutValuesMessage(
                        lengths, [&](size_t bytes) { return start = allocate(bytes); }, "lookup"));
-  const bool fixed_only =
-      std::all_of(targets.begin(), targets.end(), [](const Target& t) { return t.fixed; });
+  const bool fixed_only = std::all_of(targets.begin(), targets.end(),
+                                      [](const Target& t) { return t.fixed != nullptr; });
   if (!ready || !fixed_only) {
     return RunLookup(request, targets, inserts, [&](int i) { return values[i]; });
   }

@@ -573,8 +573,8 @@ TEST(VariableStoreLookupSerializedTest, Streamed_EveryReportedPrefixFinal_SameBy
     ASSERT_TRUE(store.LookupSerialized(request, allocate, ready).ok());
     EXPECT_EQ(wire, expected);
     EXPECT_TRUE(prefixes_final);
-    // 30,000 + 5,000 rows of 64 bytes in 128 KiB pieces, and "b": 15 + 3 + 1 on one thread; with the
-    // pool, the calling thread reports after the pieces it gathered itself.
+    // 30,000 + 5,000 rows of 64 bytes in 128 KiB pieces, and "b": 15 + 3 + 1 on one thread;
+    // with the pool, the calling thread reports after the pieces it gathered itself.
     if (threads == 0) {
       EXPECT_EQ(reports.size(), 19u);
     } else {
