@@ -26,12 +26,13 @@ namespace pstrain {
 // Where a handler writes its reply: `reply(bytes)` (called at most once) returns memory for
 // exactly `bytes` bytes of the reply's wire format. Not calling it replies with zero bytes.
 //
-// A handler may also hand its reply over while still writing it: `reply.Ready(n)` says the first n
-// bytes are final and the call will succeed, so a transport that can stream (the data plane,
-// common/raw_tcp.h) may send them before the handler returns, overlapping the rest of its work
-// with the wire. n never decreases; a handler that called it must return OK (a transport that sent
-// part of a reply can only close the connection if it doesn't). Transports that can't stream
-// (gRPC's unary calls) ignore it.
+// A handler may also hand its reply over while still writing it: `reply.Ready(n)`, from the
+// handler's own thread, says the first n bytes are final and the call will succeed, so a
+// transport that can stream (the data plane, common/raw_tcp.h) may send them before the handler
+// returns, overlapping the rest of its work with the wire; it never waits for the peer. n never
+// decreases; a handler that called it must return OK (a transport that sent part of a reply can
+// only close the connection if it doesn't). Transports that can't stream (gRPC's unary calls)
+// ignore it.
 class ReplyAllocator {
  public:
   using AllocateFn = std::function<char*(size_t bytes)>;
