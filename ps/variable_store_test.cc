@@ -574,11 +574,12 @@ TEST(VariableStoreLookupSerializedTest, Streamed_EveryReportedPrefixFinal_SameBy
     EXPECT_EQ(wire, expected);
     EXPECT_TRUE(prefixes_final);
     // 30,000 + 5,000 rows of 64 bytes in 128 KiB pieces, and "b": 15 + 3 + 1 on one thread;
-    // with the pool, the calling thread reports after the pieces it gathered itself.
+    // with the pool, the calling thread reports after the pieces it gathered itself, which may be
+    // none of a large op's (the pool's thread can claim them all first), but "b" is its own.
     if (threads == 0) {
       EXPECT_EQ(reports.size(), 19u);
     } else {
-      EXPECT_GE(reports.size(), 2u);
+      EXPECT_GE(reports.size(), 1u);
     }
     EXPECT_TRUE(std::is_sorted(reports.begin(), reports.end()));
     EXPECT_LE(reports.back(), wire.size());
@@ -599,7 +600,7 @@ TEST(VariableStoreLookupSerializedTest, Streamed_EveryReportedPrefixFinal_SameBy
     ASSERT_TRUE(store.ReadSerialized(read, allocate, ready).ok());
     EXPECT_EQ(wire, read_expected);
     EXPECT_TRUE(prefixes_final);
-    EXPECT_GE(reports.size(), 40u);  // 6.4 MB
+    EXPECT_GE(reports.size(), 40u);  // 6.4 MB, read on the calling thread
     EXPECT_TRUE(std::is_sorted(reports.begin(), reports.end()));
 
     // With a dynamic table's op: whole, never streamed.
