@@ -48,6 +48,15 @@ VariableShardDef FloatShard(const std::string& name, int64_t total, int64_t offs
   return def;
 }
 
+// An allocator for the serialized replies (LookupSerialized, ReadSerialized): `out`, filled with
+// `fill` until the reply is written over it.
+std::function<char*(size_t)> Into(std::string* out, char fill = '\0') {
+  return [out, fill](size_t bytes) {
+    out->assign(bytes, fill);
+    return out->data();
+  };
+}
+
 UpdateOp SparseOp(const std::string& shard, UpdateOp::Kind kind, std::vector<int64_t> ids,
                   std::vector<float> values) {
   UpdateOp op;
@@ -488,13 +497,7 @@ TEST(VariableStoreLookupSerializedTest, ParsesToTheSameResponse) {
   LookupResponse expected;
   ASSERT_TRUE(store.Lookup(request, &expected).ok());
   std::string wire;
-  ASSERT_TRUE(store
-                  .LookupSerialized(request,
-                                    [&](size_t bytes) {
-                                      wire.assign(bytes, '\xff');
-                                      return wire.data();
-                                    })
-                  .ok());
+  ASSERT_TRUE(store.LookupSerialized(request, Into(&wire, '\xff')).ok());
   LookupResponse parsed;
   ASSERT_TRUE(parsed.ParseFromString(wire));
   ASSERT_EQ(parsed.values_size(), 3);
@@ -551,20 +554,11 @@ TEST(VariableStoreLookupSerializedTest, Streamed_EveryReportedPrefixFinal_SameBy
     add(&request, "b", {1, 2});
     add(&request, "a", std::vector<int64_t>(ids.begin(), ids.begin() + 5000));
     std::string expected;
-    ASSERT_TRUE(store
-                    .LookupSerialized(request,
-                                      [&](size_t bytes) {
-                                        expected.assign(bytes, '\0');
-                                        return expected.data();
-                                      })
-                    .ok());
+    ASSERT_TRUE(store.LookupSerialized(request, Into(&expected)).ok());
     std::string wire;
     std::vector<size_t> reports;
     bool prefixes_final = true;
-    auto allocate = [&](size_t bytes) {
-      wire.assign(bytes, '\xff');
-      return wire.data();
-    };
+    const auto allocate = Into(&wire, '\xff');
     auto ready = [&](size_t n) {
       reports.push_back(n);
       prefixes_final = prefixes_final && n <= wire.size() &&
@@ -588,13 +582,7 @@ TEST(VariableStoreLookupSerializedTest, Streamed_EveryReportedPrefixFinal_SameBy
     ReadRequest read;
     read.add_ops()->set_shard("a");
     std::string read_expected;
-    ASSERT_TRUE(store
-                    .ReadSerialized(read,
-                                    [&](size_t bytes) {
-                                      read_expected.assign(bytes, '\0');
-                                      return read_expected.data();
-                                    })
-                    .ok());
+    ASSERT_TRUE(store.ReadSerialized(read, Into(&read_expected)).ok());
     expected = read_expected;
     reports.clear();
     ASSERT_TRUE(store.ReadSerialized(read, allocate, ready).ok());
