@@ -7,6 +7,7 @@
 #include <map>
 #include <random>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/test_util.h"
@@ -236,10 +237,11 @@ TEST(VariableStoreConcurrencyTest, AssignAdd_EightClients_NoLostUpdates) {
 struct ConcurrentUpdates {
   static constexpr int64_t kRows = 20000, kWidth = 16, kSome = 3000;
   static constexpr int kRounds = 15;
+  const std::string shard;
   VariableStore store{/*data_threads=*/3};
   std::vector<int64_t> all;
 
-  explicit ConcurrentUpdates(const std::string& shard) {
+  explicit ConcurrentUpdates(std::string name) : shard(std::move(name)) {
     VariableShardDef def = FloatShard(shard, kRows, 0, kRows, kWidth);
     def.mutable_optimizer()->set_kind(OptimizerDef::SGD);
     def.mutable_optimizer()->set_learning_rate(1.0);
@@ -247,7 +249,7 @@ struct ConcurrentUpdates {
     for (int64_t i = 0; i < kRows; ++i) all.push_back((i * 7919) % kRows);
   }
 
-  int64_t Run(const std::string& shard, const UpdateRequest& big,
+  int64_t Run(const UpdateRequest& big,
               const std::vector<std::function<std::vector<float>()>>& reads) {
     std::atomic<bool> stop{false};
     std::atomic<int64_t> torn{0};
@@ -300,7 +302,7 @@ TEST(VariableStoreConcurrencyTest, BigAppliesAssignAddsAndLookupsAtOnce_ExactAnd
       SparseOp("m", UpdateOp::APPLY_GRADIENT, c.all,
                std::vector<float>(ConcurrentUpdates::kRows * ConcurrentUpdates::kWidth, -1.0f));
   auto lookup = [&] { return LookupRows(c.store, "m", c.all); };
-  EXPECT_EQ(c.Run("m", apply, {lookup, lookup}), 0);
+  EXPECT_EQ(c.Run(apply, {lookup, lookup}), 0);
   EXPECT_EQ(ReadAll(c.store, "m"), c.Want());
 }
 
@@ -317,8 +319,8 @@ TEST(VariableStoreConcurrencyTest, DenseAppliesAssignAddsLookupsAndReadsAtOnce_E
   op->set_values(Bytes(
       std::vector<float>(ConcurrentUpdates::kRows * ConcurrentUpdates::kWidth, -1.0f)));
   op->set_dtype(DT_FLOAT32);
-  EXPECT_EQ(c.Run("d", apply, {[&] { return LookupRows(c.store, "d", c.all); },
-                               [&] { return ReadAll(c.store, "d"); }}),
+  EXPECT_EQ(c.Run(apply, {[&] { return LookupRows(c.store, "d", c.all); },
+                          [&] { return ReadAll(c.store, "d"); }}),
             0);
   EXPECT_EQ(ReadAll(c.store, "d"), c.Want());
 }
