@@ -52,6 +52,8 @@ class ReplyAllocator {
   }
   // Whether Ready goes anywhere (a handler may skip the work of streaming when it doesn't).
   bool streams() const { return static_cast<bool>(ready_); }
+  // Ready as a function to hand on (empty when it goes nowhere).
+  const ReadyFn& ready() const { return ready_; }
 
  private:
   AllocateFn allocate_;

@@ -51,8 +51,7 @@ RawHandler InstrumentRawHandler(RawHandler handler,
           out += static_cast<int64_t>(bytes);
           return reply(bytes);
         },
-        reply.streams() ? ReplyAllocator::ReadyFn([&reply](size_t n) { reply.Ready(n); })
-                        : ReplyAllocator::ReadyFn());
+        reply.ready());
     absl::Status status = handler(method, request, counted);
     s.requests->Increment();
     s.received->Increment(in);

@@ -26,13 +26,6 @@ std::function<absl::Status(const std::vector<absl::string_view>&, const ReplyAll
   };
 }
 
-// The reply's Ready for the store's streamed lookups and reads: empty where the transport can't
-// stream (so the store skips the streamed gather).
-std::function<void(size_t)> StreamTo(const ReplyAllocator& reply) {
-  if (!reply.streams()) return nullptr;
-  return [&reply](size_t bytes) { reply.Ready(bytes); };
-}
-
 }  // namespace
 
 const google::protobuf::ServiceDescriptor* PsServiceHandlers::Service() {
@@ -198,7 +191,7 @@ PsServiceHandlers::Method PsServiceHandlers::Bind(absl::string_view name) {
     return [this, n](const std::vector<absl::string_view>& bytes, const ReplyAllocator& reply) {
       LookupRequest request;
       RETURN_IF_ERROR(ParseRequest(bytes, n, &request));
-      RETURN_IF_ERROR(store_.LookupSerialized(request, reply, StreamTo(reply)));
+      RETURN_IF_ERROR(store_.LookupSerialized(request, reply, reply.ready()));
       if (rows_looked_up_ != nullptr) {
         int64_t rows = 0;
         for (const LookupOp& op : request.ops()) rows += op.ids().size() / sizeof(int64_t);
@@ -211,7 +204,7 @@ PsServiceHandlers::Method PsServiceHandlers::Bind(absl::string_view name) {
     return [this, n](const std::vector<absl::string_view>& bytes, const ReplyAllocator& reply) {
       ReadRequest request;
       RETURN_IF_ERROR(ParseRequest(bytes, n, &request));
-      RETURN_IF_ERROR(store_.ReadSerialized(request, reply, StreamTo(reply)));
+      RETURN_IF_ERROR(store_.ReadSerialized(request, reply, reply.ready()));
       if (rows_read_ != nullptr) {
         int64_t rows = 0;
         for (const ReadOp& op : request.ops()) rows += op.range().row_end() - op.range().row_begin();

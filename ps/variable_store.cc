@@ -285,11 +285,28 @@ absl::Status VariableStore::Lookup(const LookupRequest& request, LookupResponse*
 
 namespace {
 
+// A reply laid out by LayOutValuesMessage: its buffer, and where each value's bytes go in it.
+struct ValuesLayout {
+  char* start = nullptr;
+  std::vector<char*> values;
+
+  // `ready` (given bytes of the whole reply) as a RowsReady for value i, of rows of `row_bytes`;
+  // empty when `ready` is.
+  VariableShard::RowsReady ReadyInRows(int i, int64_t row_bytes,
+                                       const std::function<void(size_t bytes)>& ready) const {
+    if (!ready) return nullptr;
+    const size_t at = static_cast<size_t>(values[i] - start);
+    return [&ready, at, row_bytes](int64_t rows) {
+      ready(at + static_cast<size_t>(rows * row_bytes));
+    };
+  }
+};
+
 // Writes a message of one length-delimited field 1 per entry of `lengths` (LookupResponse and
 // ReadResponse: `repeated bytes values = 1`) into one buffer from `allocate`; returns where each
 // value's bytes go. Errors: kResourceExhausted for a reply over kMaxMessageBytes (nothing is
 // allocated then: gRPC would refuse to send it anyway).
-absl::StatusOr<std::vector<char*>> LayOutValuesMessage(
+absl::StatusOr<ValuesLayout> LayOutValuesMessage(
     const std::vector<uint64_t>& lengths, const std::function<char*(size_t bytes)>& allocate,
     absl::string_view what) {
   using google::protobuf::internal::WireFormatLite;
@@ -303,15 +320,17 @@ absl::StatusOr<std::vector<char*>> LayOutValuesMessage(
         absl::StrCat(what, ": the reply would be ", total, " bytes, over the ", kMaxMessageBytes,
                      "-byte message limit (ask for fewer rows per request)"));
   }
-  uint8_t* out = reinterpret_cast<uint8_t*>(allocate(total));
-  std::vector<char*> values(lengths.size());
+  ValuesLayout layout;
+  layout.start = allocate(total);
+  layout.values.resize(lengths.size());
+  uint8_t* out = reinterpret_cast<uint8_t*>(layout.start);
   for (size_t i = 0; i < lengths.size(); ++i) {
     *out++ = kValuesTag;
     out = CodedOutputStream::WriteVarint64ToArray(lengths[i], out);
-    values[i] = reinterpret_cast<char*>(out);
+    layout.values[i] = reinterpret_cast<char*>(out);
     out += lengths[i];
   }
-  return values;
+  return layout;
 }
 
 }  // namespace
@@ -325,22 +344,16 @@ absl::Status VariableStore::LookupSerialized(
   for (int i = 0; i < request.ops_size(); ++i) {
     lengths[i] = request.ops(i).ids().size() / 8 * targets[i].row_bytes();
   }
-  char* start = nullptr;
-  ASSIGN_OR_RETURN(const std::vector<char*> values,
-                   LayOutValuesMessage(
-                       lengths, [&](size_t bytes) { return start = allocate(bytes); }, "lookup"));
+  ASSIGN_OR_RETURN(const ValuesLayout layout, LayOutValuesMessage(lengths, allocate, "lookup"));
   const bool fixed_only = std::all_of(targets.begin(), targets.end(),
                                       [](const Target& t) { return t.fixed != nullptr; });
   if (!ready || !fixed_only) {
-    return RunLookup(request, targets, inserts, [&](int i) { return values[i]; });
+    return RunLookup(request, targets, inserts, [&](int i) { return layout.values[i]; });
   }
   // Fixed shards only: nothing can fail from here, so the reply streams as it is gathered.
   for (int i = 0; i < request.ops_size(); ++i) {
-    const int64_t row_bytes = targets[i].row_bytes();
-    const size_t at = static_cast<size_t>(values[i] - start);
-    targets[i].fixed->Lookup(request.ops(i).ids(), values[i], pool_.get(), [&](int64_t rows) {
-      ready(at + static_cast<size_t>(rows * row_bytes));
-    });
+    targets[i].fixed->Lookup(request.ops(i).ids(), layout.values[i], pool_.get(),
+                             layout.ReadyInRows(i, targets[i].row_bytes(), ready));
   }
   return absl::OkStatus();
 }
@@ -363,18 +376,10 @@ absl::Status VariableStore::ReadSerialized(
     const ReadRequest& request, const std::function<char*(size_t bytes)>& allocate,
     const std::function<void(size_t bytes)>& ready) const {
   ASSIGN_OR_RETURN(const ReadPlan plan, PlanRead(request));
-  char* start = nullptr;
-  ASSIGN_OR_RETURN(const std::vector<char*> values,
-                   LayOutValuesMessage(
-                       plan.bytes, [&](size_t bytes) { return start = allocate(bytes); }, "read"));
+  ASSIGN_OR_RETURN(const ValuesLayout layout, LayOutValuesMessage(plan.bytes, allocate, "read"));
   for (int i = 0; i < request.ops_size(); ++i) {
-    const int64_t row_bytes = plan.shards[i]->row_bytes();
-    const size_t at = static_cast<size_t>(values[i] - start);
-    plan.shards[i]->Read(plan.ranges[i].first, plan.ranges[i].second, values[i],
-                         ready ? VariableShard::RowsReady([&](int64_t rows) {
-                           ready(at + static_cast<size_t>(rows * row_bytes));
-                         })
-                               : VariableShard::RowsReady());
+    plan.shards[i]->Read(plan.ranges[i].first, plan.ranges[i].second, layout.values[i],
+                         layout.ReadyInRows(i, plan.shards[i]->row_bytes(), ready));
   }
   return absl::OkStatus();
 }
