@@ -33,8 +33,16 @@ namespace pstrain {
 // decreases; a handler that called it must return OK (a transport that sent part of a reply can
 // only close the connection if it doesn't). Transports that can't stream (gRPC's unary calls)
 // ignore it.
+//
+// `reply.Complete()` goes one further: the reply is whole (what was allocated, or nothing) and
+// the call has succeeded, though the handler goes on working; such a transport sends all of it
+// now (a push is answered while it is applied: VariableStore::UpdateWire). Its handler too must
+// return OK.
 class ReplyAllocator {
  public:
+  // What Ready is called with for Complete.
+  static constexpr size_t kWhole = ~size_t{0};
+
   using AllocateFn = std::function<char*(size_t bytes)>;
   using ReadyFn = std::function<void(size_t bytes)>;
 
@@ -50,9 +58,11 @@ class ReplyAllocator {
   void Ready(size_t bytes) const {
     if (ready_) ready_(bytes);
   }
-  // Whether Ready goes anywhere (a handler may skip the work of streaming when it doesn't).
+  void Complete() const { Ready(kWhole); }
+  // Whether Ready and Complete go anywhere (a handler may skip the work of streaming when they
+  // don't).
   bool streams() const { return static_cast<bool>(ready_); }
-  // Ready as a function to hand on (empty when it goes nowhere).
+  // Ready as a function to hand on (empty when it goes nowhere; kWhole: Complete).
   const ReadyFn& ready() const { return ready_; }
 
  private:

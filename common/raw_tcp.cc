@@ -274,6 +274,7 @@ class RawTcpServerImpl final : public RawTcpServer {
       size_t head_sent = 0;   // of a streamed reply's header; > 0: the call must succeed
       size_t sent = 0;        // of a streamed reply's bytes
       bool broken = false;    // a write failed
+      bool completed = false;  // the handler called Complete
       auto header = [&](const absl::Status& status, size_t message_bytes, size_t bytes) {
         std::memcpy(head, kReply, 4);
         Put<uint32_t>(head + 4, static_cast<uint32_t>(status.code()));
@@ -291,10 +292,17 @@ class RawTcpServerImpl final : public RawTcpServer {
             return reply.get();
           },
           !alone ? ReplyAllocator::ReadyFn() : [&](size_t n) {
-            // The last byte waits for the handler's return, so a reply it fails after all
-            // never arrives complete: the client sees the connection break, not a success.
-            n = std::min(n, reply_bytes == 0 ? 0 : reply_bytes - 1);
-            if (broken || n < sent + kMinStreamBytes) return;  // fewer, larger writes
+            if (broken || completed) return;
+            if (n == ReplyAllocator::kWhole) {
+              // Complete: the whole reply, now.
+              completed = true;
+              n = reply_bytes;
+            } else {
+              // The last byte waits for the handler's return, so a reply it fails after all
+              // never arrives complete: the client sees the connection break, not a success.
+              n = std::min(n, reply_bytes == 0 ? 0 : reply_bytes - 1);
+              if (n < sent + kMinStreamBytes) return;  // fewer, larger writes
+            }
             if (head_sent == 0) header(absl::OkStatus(), 0, reply_bytes);
             std::vector<iovec> iov;
             if (head_sent < kReplyHeader) {
@@ -317,12 +325,14 @@ class RawTcpServerImpl final : public RawTcpServer {
       if (broken) return;
       if (head_sent > 0) {
         if (!status.ok()) {
-          // A handler broke Ready's promise: the reply is half sent, so the connection goes.
+          // A handler broke Ready's or Complete's promise: the reply is (at least partly) sent,
+          // so the connection goes.
           LOG(ERROR) << "data plane: method " << method << " failed after streaming part of its "
                      << "reply (" << status << "); closing the connection";
           return;
         }
-        if (!WriteAll(fd, {Iov(head + head_sent, kReplyHeader - head_sent),
+        if ((head_sent < kReplyHeader || sent < reply_bytes) &&
+            !WriteAll(fd, {Iov(head + head_sent, kReplyHeader - head_sent),
                            Iov(reply.get() + sent, reply_bytes - sent)})) {
           return;
         }

@@ -211,7 +211,9 @@ TEST(RawTcpTest, MalformedFrame_ConnectionClosed_ServerGoesOn) {
 // A handler that streams (ReplyAllocator::Ready): method 0 writes `bytes` bytes (byte i is
 // i % 251) in pieces, reporting each one ready; after `pause_at` bytes it waits for `resume`. It
 // records whether it was offered streaming, and notifies `returned` when it returns. Method 1
-// reports the whole reply ready, then fails. Method 2 blocks until `resume`.
+// reports the whole reply ready, then fails. Method 2 blocks until `resume`. Method 3 writes the
+// whole reply, calls Complete, and waits for `resume` before it returns; method 4 fails after
+// Complete.
 struct StreamingHandler {
   size_t bytes = 0;
   size_t pause_at = SIZE_MAX;
@@ -230,6 +232,14 @@ struct StreamingHandler {
     }
     streams = reply.streams() ? 1 : 0;
     char* out = reply(bytes);
+    if (method == 3 || method == 4) {
+      for (size_t i = 0; i < bytes; ++i) out[i] = static_cast<char>(i % 251);
+      reply.Complete();
+      if (method == 4) return absl::InternalError("broke its promise");
+      resume.WaitForNotification();
+      returned.Notify();
+      return absl::OkStatus();
+    }
     constexpr size_t kPiece = 64 << 10;
     for (size_t at = 0; at < bytes; at += kPiece) {
       const size_t end = std::min(bytes, at + kPiece);
@@ -363,6 +373,51 @@ TEST(RawTcpStreamTest, FailureAfterReady_ConnectionClosed_NextCallServed) {
   EXPECT_THAT(CallAndWait(channel, 1, {"x"}).status,
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("broke")));
   Result r = CallAndWait(channel, 0, {"x"});
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_TRUE(Patterned(r.bytes));
+}
+
+// A reply said complete arrives whole, as a success, while its handler still works (a push answered
+// while it is applied), empty or not; the connection then serves the next call.
+TEST(RawTcpStreamTest, CompleteReplyArrivesWhileTheHandlerWorks) {
+  for (size_t bytes : {size_t{0}, size_t{100} << 10}) {
+    SCOPED_TRACE(bytes);
+    StreamingHandler handler;
+    handler.bytes = bytes;
+    auto server = ServeWith(&handler);
+    RawTcpChannelOptions options;
+    options.connections = 1;
+    RawTcpChannel channel("127.0.0.1", server->port(), options);
+    Result r = CallAndWait(channel, 3, {"x"});
+    EXPECT_FALSE(handler.returned.HasBeenNotified());
+    ASSERT_TRUE(r.status.ok()) << r.status;
+    EXPECT_EQ(r.bytes.size(), bytes);
+    EXPECT_TRUE(Patterned(r.bytes));
+    handler.resume.Notify();
+    Result next = CallAndWait(channel, 0, {"x"});
+    ASSERT_TRUE(next.status.ok()) << next.status;
+    EXPECT_EQ(next.bytes.size(), bytes);
+  }
+}
+
+// A handler that fails after Complete: its reply was already a success; the connection is closed
+// (the failure can't be told any more) and the next call connects afresh.
+TEST(RawTcpStreamTest, FailureAfterComplete_ConnectionClosed_NextCallServed) {
+  StreamingHandler handler;
+  handler.bytes = 16;
+  auto server = ServeWith(&handler);
+  RawTcpChannelOptions options;
+  options.connections = 1;
+  RawTcpChannel channel("127.0.0.1", server->port(), options);
+  Result first = CallAndWait(channel, 4, {"x"});
+  EXPECT_TRUE(first.status.ok()) << first.status;
+  EXPECT_TRUE(Patterned(first.bytes));
+  Result r;
+  for (int attempt = 0; attempt < 3; ++attempt) {  // a call racing the close may fail once
+    r = CallAndWait(channel, 0, {"x"});
+    if (r.status.ok()) break;
+    EXPECT_EQ(r.status.code(), absl::StatusCode::kUnavailable) << r.status;
+  }
   ASSERT_TRUE(r.status.ok()) << r.status;
   EXPECT_TRUE(Patterned(r.bytes));
 }

@@ -214,8 +214,11 @@ PsServiceHandlers::Method PsServiceHandlers::Bind(absl::string_view name) {
     };
   }
   if (name == "Update") {
-    return [this](const std::vector<absl::string_view>& bytes, const ReplyAllocator&) {
-      return store_.UpdateWire(bytes);  // UpdateResponse has no fields: zero bytes
+    // UpdateResponse has no fields: its reply is zero bytes, complete as soon as the update is
+    // certain to apply (over the data plane the answer is on its way while it is applied).
+    return [this](const std::vector<absl::string_view>& bytes, const ReplyAllocator& reply) {
+      if (!reply.streams()) return store_.UpdateWire(bytes);
+      return store_.UpdateWire(bytes, [&reply] { reply.Complete(); });
     };
   }
   // Checkpoint calls run long (disk I/O), on gRPC's callback thread too: the ps has nothing else

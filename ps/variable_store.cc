@@ -226,6 +226,7 @@ absl::Status VariableStore::CheckIdCount(int64_t ids, absl::string_view what) co
 
 absl::StatusOr<std::vector<VariableStore::Target>> VariableStore::PlanLookup(
     const LookupRequest& request, bool* inserts) const {
+  AwaitCommitted();
   int64_t ids = 0;
   for (const LookupOp& op : request.ops()) ids += op.ids().size() / 8;
   RETURN_IF_ERROR(CheckIdCount(ids, "lookup"));
@@ -360,6 +361,7 @@ absl::Status VariableStore::LookupSerialized(
 
 absl::StatusOr<VariableStore::ReadPlan> VariableStore::PlanRead(
     const ReadRequest& request) const {
+  AwaitCommitted();
   ReadPlan plan;
   ASSIGN_OR_RETURN(plan.shards, FindAll(request.ops()));
   plan.ranges.resize(request.ops_size());
@@ -395,17 +397,26 @@ absl::Status VariableStore::Read(const ReadRequest& request, ReadResponse* respo
 }
 
 absl::Status VariableStore::Update(const UpdateRequest& request) {
-  return Update(ViewsOf(request), request.step());
+  return Update(ViewsOf(request), request.step(), nullptr);
 }
 
-absl::Status VariableStore::UpdateWire(const std::vector<absl::string_view>& message) {
+absl::Status VariableStore::UpdateWire(const std::vector<absl::string_view>& message,
+                                       const std::function<void()>& committed) {
   std::vector<UpdateOpView> ops;
   int64_t step = 0;
   RETURN_IF_ERROR(ParseUpdateRequest(message, &ops, &step));
-  return Update(ops, step);
+  return Update(ops, step, committed);
 }
 
-absl::Status VariableStore::Update(const std::vector<UpdateOpView>& ops, int64_t step) {
+void VariableStore::AwaitCommitted() const {
+  if (committed_any_.load(std::memory_order_acquire) == 0) return;
+  absl::MutexLock lock(&committed_mu_);
+  committed_mu_.Await(absl::Condition(this, &VariableStore::NoneCommittedLocked));
+}
+
+absl::Status VariableStore::Update(const std::vector<UpdateOpView>& ops, int64_t step,
+                                   const std::function<void()>& committed) {
+  AwaitCommitted();
   int64_t ids = 0;
   for (const UpdateOpView& op : ops) ids += op.ids.size() / 8;
   RETURN_IF_ERROR(CheckIdCount(ids, "update"));
@@ -419,6 +430,19 @@ absl::Status VariableStore::Update(const std::vector<UpdateOpView>& ops, int64_t
     }
   }
   const DynamicOpContext ctx = ContextLocked(step);
+  const bool answer_early =
+      committed && std::all_of(targets.begin(), targets.end(),
+                               [](const Target& t) { return t.fixed != nullptr; });
+  if (answer_early) {
+    // Fixed shards only: nothing can fail from here. Counted before the answer goes out, so any
+    // request sent after it finds the count and waits.
+    {
+      absl::MutexLock lock(&committed_mu_);
+      ++committed_applying_;
+      committed_any_.fetch_add(1, std::memory_order_relaxed);
+    }
+    committed();
+  }
   for (size_t i = 0; i < ops.size(); ++i) {
     if (targets[i].fixed != nullptr) {
       targets[i].fixed->Update(ops[i], pool_.get(), step);
@@ -426,10 +450,16 @@ absl::Status VariableStore::Update(const std::vector<UpdateOpView>& ops, int64_t
       RETURN_IF_ERROR(targets[i].dynamic->Update(ops[i], targets[i].keys, ctx, pool_.get()));
     }
   }
+  if (answer_early) {
+    absl::MutexLock lock(&committed_mu_);
+    --committed_applying_;
+    committed_any_.fetch_sub(1, std::memory_order_release);
+  }
   return absl::OkStatus();
 }
 
 absl::Status VariableStore::Export(const ExportRequest& request, ExportResponse* response) const {
+  AwaitCommitted();
   std::shared_ptr<DynamicShard> shard = FindDynamic(request.shard());
   if (shard == nullptr) {
     if (Find(request.shard()) != nullptr) {

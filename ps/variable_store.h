@@ -3,6 +3,7 @@
 #ifndef PSTRAIN_PS_VARIABLE_STORE_H_
 #define PSTRAIN_PS_VARIABLE_STORE_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -79,7 +80,14 @@ class VariableStore {
   // Update from UpdateRequest's wire format in pieces (gRPC's received slices), applied from where
   // it lies: no copy of the values into protobuf strings. Errors: as Update, plus kInvalidArgument
   // for a malformed message (nothing is applied).
-  absl::Status UpdateWire(const std::vector<absl::string_view>& message);
+  //
+  // `committed` (may be empty) is called once the update is valid and certain to be applied in
+  // full (every op on a fixed shard: a dynamic table's may still run out of memory), before it is
+  // applied, so a server may answer it meanwhile (ReplyAllocator::Complete). Whatever enters the
+  // store after that call (a lookup, read, update or export) waits until it is applied, so whoever
+  // learned of its success reads it, as if it had been answered after.
+  absl::Status UpdateWire(const std::vector<absl::string_view>& message,
+                          const std::function<void()>& committed = nullptr);
   // A chunk of a dynamic table's shard. Errors: kNotFound (unknown shard), kInvalidArgument (a
   // fixed shard, a malformed cursor).
   absl::Status Export(const ExportRequest& request, ExportResponse* response) const;
@@ -120,8 +128,14 @@ class VariableStore {
   // Runs a validated lookup into one buffer per op (out(i)).
   absl::Status RunLookup(const LookupRequest& request, const std::vector<Target>& targets,
                          bool inserts, const std::function<char*(int i)>& out) const;
-  // Validates every op, then applies them.
-  absl::Status Update(const std::vector<UpdateOpView>& ops, int64_t step);
+  // Validates every op, then applies them (`committed`: as UpdateWire).
+  absl::Status Update(const std::vector<UpdateOpView>& ops, int64_t step,
+                      const std::function<void()>& committed);
+  // Waits while an update answered before it was applied is being applied.
+  void AwaitCommitted() const;
+  bool NoneCommittedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(committed_mu_) {
+    return committed_applying_ == 0;
+  }
   DynamicOpContext ContextLocked(int64_t step) const ABSL_SHARED_LOCKS_REQUIRED(update_gate_);
   // A validated read request: per op, its shard, local rows [begin, end) and reply bytes.
   struct ReadPlan {
@@ -142,6 +156,13 @@ class VariableStore {
   // keys are remembered (from the first save that asks for it: incremental checkpoints).
   uint32_t generation_ ABSL_GUARDED_BY(update_gate_) = 1;
   bool track_erasures_ ABSL_GUARDED_BY(update_gate_) = false;
+
+  // Updates whose `committed` was called and that are not yet applied. (The data plane answers
+  // early only while none of its other requests is in the handler, waiters included: its own
+  // waiters can't starve.)
+  mutable absl::Mutex committed_mu_;
+  int committed_applying_ ABSL_GUARDED_BY(committed_mu_) = 0;
+  std::atomic<int> committed_any_{0};  // committed_applying_, read without the lock
 
   mutable absl::Mutex mu_;
   // Below: guarded by mu_. A name is in one of the two maps.

@@ -789,6 +789,82 @@ TEST(VariableStoreWireTest, AMalformedOrInvalidMessageChangesNothing) {
   EXPECT_THAT(ReadAll(store, "t"), ElementsAre(1, 1, 1, 1, 1, 1, 1, 1));
 }
 
+// An update answered before it is applied (`committed`, as the data plane's Complete): called once
+// the update is valid and will apply in full, and whatever enters the store after it (lookups,
+// reads, updates, from other threads) sees the whole update. Never called for an invalid update,
+// nor for one with a dynamic table's op (which may still fail).
+TEST(VariableStoreWireTest, Committed_LaterCallsSeeTheWholeUpdate_OnlyWhenCertain) {
+  const int64_t rows = 1 << 20, width = 4;  // 16 MiB: the apply takes a while
+  for (int threads : {0, 2}) {
+    SCOPED_TRACE(threads);
+    VariableStore store(threads);
+    VariableShardDef dynamic;
+    dynamic.set_name("d");
+    dynamic.set_variable("d");
+    dynamic.add_full_shape(width);
+    dynamic.set_dtype(DT_FLOAT32);
+    dynamic.mutable_initializer()->set_kind(InitializerDef::ZEROS);
+    dynamic.set_num_shards(1);
+    dynamic.mutable_dynamic()->set_dim(width);
+    dynamic.mutable_optimizer()->set_kind(OptimizerDef::SGD);
+    dynamic.mutable_optimizer()->set_learning_rate(0.1f);
+    const auto created = store.CreateShards({FloatShard("t", rows, 0, rows, width), dynamic});
+    ASSERT_TRUE(created.ok()) << created.status();
+    auto add_one = [&]() {
+      UpdateRequest request;
+      UpdateOp* op = request.add_ops();
+      op->set_shard("t");
+      op->set_kind(UpdateOp::ASSIGN_ADD);
+      op->mutable_range();  // the whole shard
+      op->set_values(Bytes(std::vector<float>(rows * width, 1.0f)));
+      op->set_dtype(DT_FLOAT32);
+      return request.SerializeAsString();
+    };
+    const std::string first = add_one(), second = add_one();
+    int calls = 0;
+    float read_min = -1, looked_up_min = -1;
+    absl::Status second_status;
+    std::vector<std::thread> after;
+    ASSERT_TRUE(store
+                    .UpdateWire({first},
+                                [&] {
+                                  ++calls;
+                                  after.emplace_back([&] {
+                                    const std::vector<float> all = ReadAll(store, "t");
+                                    read_min = *std::min_element(all.begin(), all.end());
+                                  });
+                                  after.emplace_back([&] {
+                                    const std::vector<float> some =
+                                        LookupRows(store, "t", {rows - 1, 0, rows / 2});
+                                    looked_up_min = *std::min_element(some.begin(), some.end());
+                                  });
+                                  after.emplace_back(
+                                      [&] { second_status = store.UpdateWire({second}); });
+                                })
+                    .ok());
+    for (std::thread& t : after) t.join();
+    EXPECT_EQ(calls, 1);
+    EXPECT_GE(read_min, 1.0f);  // every row had the first update (some perhaps the second too)
+    EXPECT_GE(looked_up_min, 1.0f);
+    ASSERT_TRUE(second_status.ok()) << second_status;
+    const std::vector<float> all = ReadAll(store, "t");
+    EXPECT_EQ(*std::min_element(all.begin(), all.end()), 2.0f);
+    EXPECT_EQ(*std::max_element(all.begin(), all.end()), 2.0f);
+
+    // Invalid (a row out of range), or with a dynamic table's op: not called.
+    UpdateRequest bad;
+    *bad.add_ops() = SparseOp("t", UpdateOp::ASSIGN_ADD, {rows}, {1, 1, 1, 1});
+    EXPECT_FALSE(store.UpdateWire({bad.SerializeAsString()}, [&] { ++calls; }).ok());
+    UpdateRequest mixed;
+    *mixed.add_ops() = SparseOp("t", UpdateOp::ASSIGN_ADD, {0}, {1, 1, 1, 1});
+    *mixed.add_ops() = SparseOp("d", UpdateOp::APPLY_GRADIENT, {7}, {1, 1, 1, 1});
+    const absl::Status s = store.UpdateWire({mixed.SerializeAsString()}, [&] { ++calls; });
+    EXPECT_TRUE(s.ok()) << s;
+    EXPECT_EQ(calls, 1);
+    EXPECT_THAT(LookupRows(store, "t", {0}), ElementsAre(3, 3, 3, 3));
+  }
+}
+
 }  // namespace
 }  // namespace pstrain
 
