@@ -443,9 +443,12 @@ absl::Status VariableStore::Update(const std::vector<UpdateOpView>& ops, int64_t
     }
     committed();
   }
+  // Answered early, the apply overlaps the client's next request on the wire, which needs both
+  // cores (the two sides' copies): it runs on this thread alone. Measured with one push in flight
+  // (ps_bench): a 4 MiB dense push ~5% faster than applied with the pool, sparse ones the same.
   for (size_t i = 0; i < ops.size(); ++i) {
     if (targets[i].fixed != nullptr) {
-      targets[i].fixed->Update(ops[i], pool_.get(), step);
+      targets[i].fixed->Update(ops[i], answer_early ? nullptr : pool_.get(), step);
     } else {
       RETURN_IF_ERROR(targets[i].dynamic->Update(ops[i], targets[i].keys, ctx, pool_.get()));
     }
