@@ -218,6 +218,36 @@ TEST_F(PsClusterTest, ApplyGradients_LargePushes_EveryRowApplied) {
   EXPECT_EQ(Floats(*all), want);
 }
 
+// A push is answered as soon as it is certain to apply (over the data plane, before it is
+// applied): a lookup or read sent right after it, on the client's other connection, still sees
+// every row of it, the last ones included.
+TEST_F(PsClusterTest, DensePushes_EachSeenByTheNextLookupAndRead) {
+  OptimizerDef sgd;
+  sgd.set_kind(OptimizerDef::SGD);
+  sgd.set_learning_rate(1.0);
+  constexpr int64_t kRows = 1 << 18, kWidth = 4;  // 4 MiB on one ps
+  ShardedVariable v = Create("dense", kRows, kWidth, {{"dense/part_0", 0, kRows, 0}}, &sgd);
+  const std::vector<float> minus_one(kRows * kWidth, -1.0f);  // SGD at rate 1: +1 everywhere
+  const absl::string_view push(reinterpret_cast<const char*>(minus_one.data()),
+                               minus_one.size() * sizeof(float));
+  std::vector<float> last(2 * kWidth);
+  for (int step = 1; step <= 10; ++step) {
+    ASSERT_TRUE(v.ApplyDenseGradients(push).ok());
+    ASSERT_TRUE(v.Lookup({kRows - 1, kRows - 2}, last.data()).ok());
+    EXPECT_THAT(last, ::testing::Each(static_cast<float>(step))) << "step " << step;
+  }
+  for (int step = 11; step <= 15; ++step) {
+    ASSERT_TRUE(v.ApplyDenseGradients(push).ok());
+    absl::StatusOr<std::string> all = v.ReadAll();
+    ASSERT_TRUE(all.ok()) << all.status();
+    EXPECT_THAT(Floats(*all), ::testing::Each(static_cast<float>(step))) << "step " << step;
+  }
+  // An assignment, the same.
+  ASSERT_TRUE(v.AssignAll(std::string(push.size(), '\0')).ok());
+  ASSERT_TRUE(v.Lookup({kRows - 1, kRows - 2}, last.data()).ok());
+  EXPECT_THAT(last, ::testing::Each(0.0f));
+}
+
 // The request may be freed in `done`: done runs once, only after gRPC has let go of the request
 // (whose large fields it sends without copying), whether the call succeeds or fails.
 void UpdateFreeingInDone(PsClient* ps, const std::string& shard, int64_t rows,
