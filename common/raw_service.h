@@ -34,21 +34,23 @@ namespace pstrain {
 // only close the connection if it doesn't). Transports that can't stream (gRPC's unary calls)
 // ignore it.
 //
-// `reply.Complete()` goes one further: the reply is whole (what was allocated, or nothing) and
-// the call has succeeded, though the handler goes on working; such a transport sends all of it
-// now (a push is answered while it is applied: VariableStore::UpdateWire). Its handler too must
-// return OK.
+// `reply.Complete()` asks to go one further: to send the whole reply (what was allocated, or
+// nothing) now, as a success, though the handler goes on working (a push answered while it is
+// applied: VariableStore::UpdateWire). True: it is sent, the call has succeeded, and the handler
+// must return OK. False: the transport can't, or judges it gains nothing (the data plane, when
+// the client's next request is already arriving), and the call goes on as if never asked.
 class ReplyAllocator {
  public:
-  // What Ready is called with for Complete.
-  static constexpr size_t kWhole = ~size_t{0};
-
   using AllocateFn = std::function<char*(size_t bytes)>;
   using ReadyFn = std::function<void(size_t bytes)>;
+  using CompleteFn = std::function<bool()>;
 
-  ReplyAllocator(AllocateFn allocate, ReadyFn ready)
-      : allocate_(std::move(allocate)), ready_(std::move(ready)) {}
-  // Any callable as `allocate`, without Ready.
+  ReplyAllocator(AllocateFn allocate, ReadyFn ready, CompleteFn complete)
+      : allocate_(std::move(allocate)), ready_(std::move(ready)), complete_(std::move(complete)) {}
+  // Another allocation (a wrapper counting bytes, say) with `like`'s Ready and Complete.
+  ReplyAllocator(AllocateFn allocate, const ReplyAllocator& like)
+      : allocate_(std::move(allocate)), ready_(like.ready_), complete_(like.complete_) {}
+  // Any callable as `allocate`, without Ready or Complete.
   template <typename F,
             typename = std::enable_if_t<std::is_invocable_r_v<char*, F&, size_t> &&
                                         !std::is_same_v<std::decay_t<F>, ReplyAllocator>>>
@@ -58,16 +60,18 @@ class ReplyAllocator {
   void Ready(size_t bytes) const {
     if (ready_) ready_(bytes);
   }
-  void Complete() const { Ready(kWhole); }
-  // Whether Ready and Complete go anywhere (a handler may skip the work of streaming when they
-  // don't).
+  bool Complete() const { return complete_ && complete_(); }
+  // Whether Ready goes anywhere (a handler may skip the work of streaming when it doesn't).
   bool streams() const { return static_cast<bool>(ready_); }
-  // Ready as a function to hand on (empty when it goes nowhere; kWhole: Complete).
+  // Whether Complete may succeed.
+  bool completes() const { return static_cast<bool>(complete_); }
+  // Ready as a function to hand on (empty when it goes nowhere).
   const ReadyFn& ready() const { return ready_; }
 
  private:
   AllocateFn allocate_;
   ReadyFn ready_;
+  CompleteFn complete_;
 };
 
 // Serves one call of the service's method number `method` (its index in the service descriptor)

@@ -274,13 +274,28 @@ class RawTcpServerImpl final : public RawTcpServer {
       size_t head_sent = 0;   // of a streamed reply's header; > 0: the call must succeed
       size_t sent = 0;        // of a streamed reply's bytes
       bool broken = false;    // a write failed
-      bool completed = false;  // the handler called Complete
+      bool completed = false;  // Complete took the reply: the call must succeed
       auto header = [&](const absl::Status& status, size_t message_bytes, size_t bytes) {
         std::memcpy(head, kReply, 4);
         Put<uint32_t>(head + 4, static_cast<uint32_t>(status.code()));
         Put<uint64_t>(head + 8, id);
         Put<uint32_t>(head + 16, static_cast<uint32_t>(message_bytes));
         Put<uint64_t>(head + 20, bytes);
+      };
+      // Writes the header and the reply's bytes up to n, as far as the socket takes them now.
+      auto send_now = [&](size_t n) {
+        if (head_sent == 0) header(absl::OkStatus(), 0, reply_bytes);
+        std::vector<iovec> iov;
+        if (head_sent < kReplyHeader) iov.push_back(Iov(head + head_sent, kReplyHeader - head_sent));
+        iov.push_back(Iov(reply.get() + sent, n - sent));
+        const ssize_t took = WriteNow(fd, &iov);
+        if (took < 0) {
+          broken = true;
+          return;
+        }
+        const size_t to_head = std::min<size_t>(took, kReplyHeader - head_sent);
+        head_sent += to_head;
+        sent += static_cast<size_t>(took) - to_head;
       };
       // Streaming overlaps the handler's work with the wire when cores are idle; with other
       // requests in the handler they are not, and the extra writes and wake-ups only cost.
@@ -293,37 +308,28 @@ class RawTcpServerImpl final : public RawTcpServer {
           },
           !alone ? ReplyAllocator::ReadyFn() : [&](size_t n) {
             if (broken || completed) return;
-            if (n == ReplyAllocator::kWhole) {
-              // Complete: the whole reply, now.
-              completed = true;
-              n = reply_bytes;
-            } else {
-              // The last byte waits for the handler's return, so a reply it fails after all
-              // never arrives complete: the client sees the connection break, not a success.
-              n = std::min(n, reply_bytes == 0 ? 0 : reply_bytes - 1);
-              if (n < sent + kMinStreamBytes) return;  // fewer, larger writes
-            }
-            if (head_sent == 0) header(absl::OkStatus(), 0, reply_bytes);
-            std::vector<iovec> iov;
-            if (head_sent < kReplyHeader) {
-              iov.push_back(Iov(head + head_sent, kReplyHeader - head_sent));
-            }
-            iov.push_back(Iov(reply.get() + sent, n - sent));
-            const ssize_t took = WriteNow(fd, &iov);
-            if (took < 0) {
-              broken = true;
-              return;
-            }
-            const size_t to_head = std::min<size_t>(took, kReplyHeader - head_sent);
-            head_sent += to_head;
-            sent += static_cast<size_t>(took) - to_head;
+            // The last byte waits for the handler's return, so a reply it fails after all never
+            // arrives complete: the client sees the connection break, not a success.
+            n = std::min(n, reply_bytes == 0 ? 0 : reply_bytes - 1);
+            if (n >= sent + kMinStreamBytes) send_now(n);  // fewer, larger writes
+          },
+          !alone ? ReplyAllocator::CompleteFn() : [&]() -> bool {
+            if (broken) return false;
+            if (completed) return true;
+            // Not when the client's next request is already arriving here: it keeps several in
+            // flight, and nobody waits for this answer to send more.
+            pollfd next{fd, POLLIN, 0};
+            if (::poll(&next, 1, 0) == 1) return false;
+            completed = true;
+            send_now(reply_bytes);
+            return true;
           });
       absl::Status status = handler_(static_cast<int>(method),
                                      {absl::string_view(request.get(), bytes)}, allocator);
       serving_.fetch_sub(1);
       request.reset();
       if (broken) return;
-      if (head_sent > 0) {
+      if (head_sent > 0 || completed) {
         if (!status.ok()) {
           // A handler broke Ready's or Complete's promise: the reply is (at least partly) sent,
           // so the connection goes.

@@ -15,14 +15,16 @@
 // the socket takes them without waiting, header first, while it works on the rest: a lookup's rows
 // are on the wire while the later ones are still gathered. It is offered only while no other
 // request is in the handler (then the cores are busy anyway). The last byte waits for the
-// handler's return, unless it said the reply is complete (ReplyAllocator::Complete: a push answered
-// while it is applied); a handler that fails after Ready or Complete has its connection closed
-// (its client sees kUnavailable, never a truncated success). The same token as the
-// gRPC calls' authenticates a connection (checked in constant time before any request is read);
-// the frames are not encrypted, so with TLS configured the data plane is not used (the ps doesn't
-// start it, and a client doesn't ask for it): plaintext never carries what TLS should protect.
-// Every request goes through the same handler, hence the same parsing and validation, as over gRPC;
-// a frame that is malformed (bad magic, over the size limit) closes the connection.
+// handler's return, unless the handler had the reply sent complete (ReplyAllocator::Complete: a
+// push answered while it is applied; declined when the client's next request is already
+// arriving on the connection, as then nobody waits for it); a handler that fails after Ready or
+// Complete has its connection closed (its client sees kUnavailable, never a truncated success).
+// The same token as the gRPC calls' authenticates a connection (checked in constant time before
+// any request is read); the frames are not encrypted, so with TLS configured the data plane is not
+// used (the ps doesn't start it, and a client doesn't ask for it): plaintext never carries what
+// TLS should protect. Every request goes through the same handler, hence the same parsing and
+// validation, as over gRPC; a frame that is malformed (bad magic, over the size limit) closes the
+// connection.
 #ifndef PSTRAIN_COMMON_RAW_TCP_H_
 #define PSTRAIN_COMMON_RAW_TCP_H_
 

@@ -212,8 +212,8 @@ TEST(RawTcpTest, MalformedFrame_ConnectionClosed_ServerGoesOn) {
 // i % 251) in pieces, reporting each one ready; after `pause_at` bytes it waits for `resume`. It
 // records whether it was offered streaming, and notifies `returned` when it returns. Method 1
 // reports the whole reply ready, then fails. Method 2 blocks until `resume`. Method 3 writes the
-// whole reply, calls Complete, and waits for `resume` before it returns; method 4 fails after
-// Complete.
+// whole reply, calls Complete (recording what it answered in `completed`), and waits for
+// `resume` before it returns; method 4 fails after Complete.
 struct StreamingHandler {
   size_t bytes = 0;
   size_t pause_at = SIZE_MAX;
@@ -221,6 +221,7 @@ struct StreamingHandler {
   absl::Notification returned;
   std::atomic<int> streams{-1};
   std::atomic<int> blocked{0};
+  std::atomic<int> completed{-1};
 
   absl::Status operator()(int method, const std::vector<absl::string_view>&,
                           const ReplyAllocator& reply) {
@@ -234,7 +235,7 @@ struct StreamingHandler {
     char* out = reply(bytes);
     if (method == 3 || method == 4) {
       for (size_t i = 0; i < bytes; ++i) out[i] = static_cast<char>(i % 251);
-      reply.Complete();
+      completed = reply.Complete() ? 1 : 0;
       if (method == 4) return absl::InternalError("broke its promise");
       resume.WaitForNotification();
       returned.Notify();
@@ -390,6 +391,7 @@ TEST(RawTcpStreamTest, CompleteReplyArrivesWhileTheHandlerWorks) {
     RawTcpChannel channel("127.0.0.1", server->port(), options);
     Result r = CallAndWait(channel, 3, {"x"});
     EXPECT_FALSE(handler.returned.HasBeenNotified());
+    EXPECT_EQ(handler.completed.load(), 1);
     ASSERT_TRUE(r.status.ok()) << r.status;
     EXPECT_EQ(r.bytes.size(), bytes);
     EXPECT_TRUE(Patterned(r.bytes));
@@ -398,6 +400,31 @@ TEST(RawTcpStreamTest, CompleteReplyArrivesWhileTheHandlerWorks) {
     ASSERT_TRUE(next.status.ok()) << next.status;
     EXPECT_EQ(next.bytes.size(), bytes);
   }
+}
+
+// Complete is declined while the client's next request is already arriving on the connection
+// (it keeps requests in flight: nobody waits for the answer), and the reply goes after the
+// handler's return as usual.
+TEST(RawTcpStreamTest, CompleteDeclinedWhileTheNextRequestIsQueued) {
+  StreamingHandler handler;
+  handler.bytes = 10;
+  auto server = ServeWith(&handler);
+  RawClient client(server->port());
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE(client.Request(2));  // held in the handler until `resume`
+  while (handler.blocked.load() == 0) absl::SleepFor(absl::Milliseconds(1));
+  ASSERT_TRUE(client.Request(3));  // read once the first returns...
+  ASSERT_TRUE(client.Request(0));  // ...with this one queued behind it
+  absl::SleepFor(absl::Milliseconds(50));
+  handler.resume.Notify();
+  std::string header, body;
+  for (size_t bytes : {size_t{1}, handler.bytes, handler.bytes}) {
+    ASSERT_TRUE(client.Read(28, &header));
+    EXPECT_EQ(header.substr(0, 4), "PSRP");
+    ASSERT_TRUE(client.Read(bytes, &body));
+  }
+  EXPECT_TRUE(Patterned(body));
+  EXPECT_EQ(handler.completed.load(), 0);
 }
 
 // A handler that fails after Complete: its reply was already a success; the connection is closed

@@ -51,7 +51,7 @@ RawHandler InstrumentRawHandler(RawHandler handler,
           out += static_cast<int64_t>(bytes);
           return reply(bytes);
         },
-        reply.ready());
+        reply);
     absl::Status status = handler(method, request, counted);
     s.requests->Increment();
     s.received->Increment(in);

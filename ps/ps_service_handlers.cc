@@ -217,8 +217,8 @@ PsServiceHandlers::Method PsServiceHandlers::Bind(absl::string_view name) {
     // UpdateResponse has no fields: its reply is zero bytes, complete as soon as the update is
     // certain to apply (over the data plane the answer is on its way while it is applied).
     return [this](const std::vector<absl::string_view>& bytes, const ReplyAllocator& reply) {
-      if (!reply.streams()) return store_.UpdateWire(bytes);
-      return store_.UpdateWire(bytes, [&reply] { reply.Complete(); });
+      if (!reply.completes()) return store_.UpdateWire(bytes);
+      return store_.UpdateWire(bytes, [&reply] { return reply.Complete(); });
     };
   }
   // Checkpoint calls run long (disk I/O), on gRPC's callback thread too: the ps has nothing else

@@ -81,13 +81,14 @@ class VariableStore {
   // it lies: no copy of the values into protobuf strings. Errors: as Update, plus kInvalidArgument
   // for a malformed message (nothing is applied).
   //
-  // `committed` (may be empty) is called once the update is valid and certain to be applied in
+  // `answer` (may be empty) is called once the update is valid and certain to be applied in
   // full (every op on a fixed shard: a dynamic table's may still run out of memory), before it is
-  // applied, so a server may answer it meanwhile (ReplyAllocator::Complete). Whatever enters the
-  // store after that call (a lookup, read, update or export) waits until it is applied, so whoever
-  // learned of its success reads it, as if it had been answered after.
+  // applied, so a server may answer it meanwhile (ReplyAllocator::Complete); it returns whether it
+  // did. If it did, whatever enters the store after the call (a lookup, read, update or export)
+  // waits until the update is applied, so whoever learned of its success reads it, as if it had
+  // been answered after.
   absl::Status UpdateWire(const std::vector<absl::string_view>& message,
-                          const std::function<void()>& committed = nullptr);
+                          const std::function<bool()>& answer = nullptr);
   // A chunk of a dynamic table's shard. Errors: kNotFound (unknown shard), kInvalidArgument (a
   // fixed shard, a malformed cursor).
   absl::Status Export(const ExportRequest& request, ExportResponse* response) const;
@@ -128,11 +129,13 @@ class VariableStore {
   // Runs a validated lookup into one buffer per op (out(i)).
   absl::Status RunLookup(const LookupRequest& request, const std::vector<Target>& targets,
                          bool inserts, const std::function<char*(int i)>& out) const;
-  // Validates every op, then applies them (`committed`: as UpdateWire).
+  // Validates every op, then applies them (`answer`: as UpdateWire's).
   absl::Status Update(const std::vector<UpdateOpView>& ops, int64_t step,
-                      const std::function<void()>& committed);
+                      const std::function<bool()>& answer);
   // Waits while an update answered before it was applied is being applied.
   void AwaitCommitted() const;
+  // One update answered early is applied (or was not answered after all).
+  void EndCommitted();
   bool NoneCommittedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(committed_mu_) {
     return committed_applying_ == 0;
   }
@@ -157,7 +160,7 @@ class VariableStore {
   uint32_t generation_ ABSL_GUARDED_BY(update_gate_) = 1;
   bool track_erasures_ ABSL_GUARDED_BY(update_gate_) = false;
 
-  // Updates whose `committed` was called and that are not yet applied. (The data plane answers
+  // Updates answered early (UpdateWire's `answer`) and not yet applied. (The data plane answers
   // early only while none of its other requests is in the handler, waiters included: its own
   // waiters can't starve.)
   mutable absl::Mutex committed_mu_;

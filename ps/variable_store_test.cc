@@ -789,11 +789,12 @@ TEST(VariableStoreWireTest, AMalformedOrInvalidMessageChangesNothing) {
   EXPECT_THAT(ReadAll(store, "t"), ElementsAre(1, 1, 1, 1, 1, 1, 1, 1));
 }
 
-// An update answered before it is applied (`committed`, as the data plane's Complete): called once
+// An update answered before it is applied (`answer`, as the data plane's Complete): called once
 // the update is valid and will apply in full, and whatever enters the store after it (lookups,
 // reads, updates, from other threads) sees the whole update. Never called for an invalid update,
-// nor for one with a dynamic table's op (which may still fail).
-TEST(VariableStoreWireTest, Committed_LaterCallsSeeTheWholeUpdate_OnlyWhenCertain) {
+// nor for one with a dynamic table's op (which may still fail); one it declines (false) is
+// applied as usual.
+TEST(VariableStoreWireTest, AnsweredEarly_LaterCallsSeeTheWholeUpdate_OnlyWhenCertain) {
   const int64_t rows = 1 << 20, width = 4;  // 16 MiB: the apply takes a while
   for (int threads : {0, 2}) {
     SCOPED_TRACE(threads);
@@ -840,6 +841,7 @@ TEST(VariableStoreWireTest, Committed_LaterCallsSeeTheWholeUpdate_OnlyWhenCertai
                                   });
                                   after.emplace_back(
                                       [&] { second_status = store.UpdateWire({second}); });
+                                  return true;
                                 })
                     .ok());
     for (std::thread& t : after) t.join();
@@ -854,14 +856,25 @@ TEST(VariableStoreWireTest, Committed_LaterCallsSeeTheWholeUpdate_OnlyWhenCertai
     // Invalid (a row out of range), or with a dynamic table's op: not called.
     UpdateRequest bad;
     *bad.add_ops() = SparseOp("t", UpdateOp::ASSIGN_ADD, {rows}, {1, 1, 1, 1});
-    EXPECT_FALSE(store.UpdateWire({bad.SerializeAsString()}, [&] { ++calls; }).ok());
+    auto count = [&] {
+      ++calls;
+      return true;
+    };
+    EXPECT_FALSE(store.UpdateWire({bad.SerializeAsString()}, count).ok());
     UpdateRequest mixed;
     *mixed.add_ops() = SparseOp("t", UpdateOp::ASSIGN_ADD, {0}, {1, 1, 1, 1});
     *mixed.add_ops() = SparseOp("d", UpdateOp::APPLY_GRADIENT, {7}, {1, 1, 1, 1});
-    const absl::Status s = store.UpdateWire({mixed.SerializeAsString()}, [&] { ++calls; });
+    const absl::Status s = store.UpdateWire({mixed.SerializeAsString()}, count);
     EXPECT_TRUE(s.ok()) << s;
     EXPECT_EQ(calls, 1);
     EXPECT_THAT(LookupRows(store, "t", {0}), ElementsAre(3, 3, 3, 3));
+    // Declined: applied all the same, and nothing is left waiting.
+    ASSERT_TRUE(store.UpdateWire({first}, [&] {
+                       ++calls;
+                       return false;
+                     }).ok());
+    EXPECT_EQ(calls, 2);
+    EXPECT_THAT(LookupRows(store, "t", {rows - 1}), ElementsAre(3, 3, 3, 3));
   }
 }
 
