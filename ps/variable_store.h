@@ -82,7 +82,8 @@ class VariableStore {
   // for a malformed message (nothing is applied).
   //
   // `answer` (may be empty) is called once the update is valid and certain to be applied in
-  // full (every op on a fixed shard: a dynamic table's may still run out of memory), before it is
+  // full (every op on a fixed shard, or a dynamic table's gradients or erasures: its assignments
+  // store keys, and may still run out of memory), before it is
   // applied, so a server may answer it meanwhile (ReplyAllocator::Complete); it returns whether it
   // did. If it did, whatever enters the store after the call (a lookup, read, update or export)
   // waits until the update is applied, so whoever learned of its success reads it, as if it had

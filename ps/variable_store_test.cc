@@ -792,8 +792,8 @@ TEST(VariableStoreWireTest, AMalformedOrInvalidMessageChangesNothing) {
 // An update answered before it is applied (`answer`, as the data plane's Complete): called once
 // the update is valid and will apply in full, and whatever enters the store after it (lookups,
 // reads, updates, from other threads) sees the whole update. Never called for an invalid update,
-// nor for one with a dynamic table's op (which may still fail); one it declines (false) is
-// applied as usual.
+// nor for one with a dynamic table's assignment (which stores keys: it may still fail); called
+// with a dynamic table's gradients; one it declines (false) is applied as usual.
 TEST(VariableStoreWireTest, AnsweredEarly_LaterCallsSeeTheWholeUpdate_OnlyWhenCertain) {
   const int64_t rows = 1 << 20, width = 4;  // 16 MiB: the apply takes a while
   for (int threads : {0, 2}) {
@@ -863,17 +863,23 @@ TEST(VariableStoreWireTest, AnsweredEarly_LaterCallsSeeTheWholeUpdate_OnlyWhenCe
     EXPECT_FALSE(store.UpdateWire({bad.SerializeAsString()}, count).ok());
     UpdateRequest mixed;
     *mixed.add_ops() = SparseOp("t", UpdateOp::ASSIGN_ADD, {0}, {1, 1, 1, 1});
-    *mixed.add_ops() = SparseOp("d", UpdateOp::APPLY_GRADIENT, {7}, {1, 1, 1, 1});
-    const absl::Status s = store.UpdateWire({mixed.SerializeAsString()}, count);
+    *mixed.add_ops() = SparseOp("d", UpdateOp::ASSIGN_ADD, {7}, {1, 1, 1, 1});
+    absl::Status s = store.UpdateWire({mixed.SerializeAsString()}, count);
     EXPECT_TRUE(s.ok()) << s;
     EXPECT_EQ(calls, 1);
     EXPECT_THAT(LookupRows(store, "t", {0}), ElementsAre(3, 3, 3, 3));
+    UpdateRequest gradients;
+    *gradients.add_ops() = SparseOp("d", UpdateOp::APPLY_GRADIENT, {7}, {10, 10, 10, 10});
+    s = store.UpdateWire({gradients.SerializeAsString()}, count);
+    EXPECT_TRUE(s.ok()) << s;
+    EXPECT_EQ(calls, 2);  // SGD at 0.1: key 7 from 1 to 0
+    EXPECT_THAT(LookupRows(store, "d", {7}), ElementsAre(0, 0, 0, 0));
     // Declined: applied all the same, and nothing is left waiting.
     ASSERT_TRUE(store.UpdateWire({first}, [&] {
                        ++calls;
                        return false;
                      }).ok());
-    EXPECT_EQ(calls, 2);
+    EXPECT_EQ(calls, 3);
     EXPECT_THAT(LookupRows(store, "t", {rows - 1}), ElementsAre(3, 3, 3, 3));
   }
 }
