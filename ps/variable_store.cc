@@ -130,6 +130,7 @@ absl::StatusOr<std::vector<bool>> VariableStore::CreateShards(
 }
 
 std::vector<VariableShardDef> VariableStore::ListShards() const {
+  AwaitCommitted();
   std::vector<VariableShardDef> defs;
   {
     absl::ReaderMutexLock lock(&mu_);
@@ -143,6 +144,7 @@ std::vector<VariableShardDef> VariableStore::ListShards() const {
 }
 
 std::vector<DynamicShardStats> VariableStore::DynamicStats() const {
+  AwaitCommitted();  // stats count what an answered update changes (erasures, keys held)
   std::vector<std::shared_ptr<DynamicShard>> shards;
   {
     absl::ReaderMutexLock lock(&mu_);
