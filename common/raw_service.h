@@ -35,10 +35,11 @@ namespace pstrain {
 // ignore it.
 //
 // `reply.Complete()` asks to go one further: to send the whole reply (what was allocated, or
-// nothing) now, as a success, though the handler goes on working (a push answered while it is
-// applied: VariableStore::UpdateWire). True: it is sent, the call has succeeded, and the handler
-// must return OK. False: the transport can't, or judges it gains nothing (the data plane, when
-// the client's next request is already arriving), and the call goes on as if never asked.
+// nothing; nothing may be allocated after) now, as a success, though the handler goes on working
+// (a push answered while it is applied: VariableStore::UpdateWire). True: it is sent, the call
+// has succeeded, and the handler must return OK. False: the transport can't, or judges it gains
+// nothing (the data plane, when the client's next request is already arriving), and the call
+// goes on as if never asked.
 class ReplyAllocator {
  public:
   using AllocateFn = std::function<char*(size_t bytes)>;

@@ -81,14 +81,14 @@ class VariableStore {
   // it lies: no copy of the values into protobuf strings. Errors: as Update, plus kInvalidArgument
   // for a malformed message (nothing is applied).
   //
-  // `answer` (may be empty) is called once the update is valid and certain to be applied in
-  // full (every op on a fixed shard, or a dynamic table's gradients or erasures: its assignments
-  // store keys, and may still run out of memory), before it is
-  // applied, so a server may answer it meanwhile (ReplyAllocator::Complete); it returns whether it
-  // did. If it did, whatever enters the store after the call (a lookup, read, update, export, or
-  // a listing of its shards and their stats) waits until the update is applied, so whoever learned
-  // of its success reads it, as if it had been answered after. (Saves and restores wait anyway:
-  // the apply holds the update gate.)
+  // `answer` (may be empty) is called once the update is valid and certain to be applied in full
+  // (every op on a fixed shard, or a dynamic table's gradients or erasures: its assignments store
+  // keys, and may still run out of memory), before it is applied, so a server may answer it
+  // meanwhile (ReplyAllocator::Complete); it returns whether it did. If it did, whatever enters
+  // the store after the call (a lookup, read, update, export, or a listing of its shards and their
+  // stats) waits until the update is applied, so whoever learned of its success reads it, as if it
+  // had been answered after. (Saves and a restore's swap wait anyway: the apply holds the update
+  // gate.)
   absl::Status UpdateWire(const std::vector<absl::string_view>& message,
                           const std::function<bool()>& answer = nullptr);
   // A chunk of a dynamic table's shard. Errors: kNotFound (unknown shard), kInvalidArgument (a
