@@ -391,11 +391,13 @@ TEST(RawTcpStreamTest, CompleteReplyArrivesWhileTheHandlerWorks) {
     RawTcpChannel channel("127.0.0.1", server->port(), options);
     Result r = CallAndWait(channel, 3, {"x"});
     EXPECT_FALSE(handler.returned.HasBeenNotified());
-    EXPECT_EQ(handler.completed.load(), 1);
     ASSERT_TRUE(r.status.ok()) << r.status;
     EXPECT_EQ(r.bytes.size(), bytes);
     EXPECT_TRUE(Patterned(r.bytes));
     handler.resume.Notify();
+    // (Complete's answer is stored once it returns, which may be after the reply arrived.)
+    ASSERT_TRUE(handler.returned.WaitForNotificationWithTimeout(absl::Seconds(20)));
+    EXPECT_EQ(handler.completed.load(), 1);
     Result next = CallAndWait(channel, 0, {"x"});
     ASSERT_TRUE(next.status.ok()) << next.status;
     EXPECT_EQ(next.bytes.size(), bytes);
