@@ -49,6 +49,19 @@ VariableShardDef FloatShard(const std::string& name, int64_t total, int64_t offs
   return def;
 }
 
+// The one shard of a dynamic table `name` of rows of `dim` float32, zeros for new keys.
+VariableShardDef DynamicShardDef(const std::string& name, int64_t dim) {
+  VariableShardDef def;
+  def.set_name(name);
+  def.set_variable(name);
+  def.add_full_shape(dim);
+  def.set_dtype(DT_FLOAT32);
+  def.mutable_initializer()->set_kind(InitializerDef::ZEROS);
+  def.set_num_shards(1);
+  def.mutable_dynamic()->set_dim(dim);
+  return def;
+}
+
 // An allocator for the serialized replies (LookupSerialized, ReadSerialized): `out`, filled with
 // `fill` until the reply is written over it.
 std::function<char*(size_t)> Into(std::string* out, char fill = '\0') {
@@ -532,14 +545,7 @@ TEST(VariableStoreLookupSerializedTest, Streamed_EveryReportedPrefixFinal_SameBy
     table.mutable_initializer()->set_minval(-1);
     table.mutable_initializer()->set_maxval(1);
     table.mutable_initializer()->set_seed(3);
-    VariableShardDef dynamic;
-    dynamic.set_name("d");
-    dynamic.set_variable("d");
-    dynamic.add_full_shape(width);
-    dynamic.set_dtype(DT_FLOAT32);
-    dynamic.mutable_initializer()->set_kind(InitializerDef::ZEROS);
-    dynamic.set_num_shards(1);
-    dynamic.mutable_dynamic()->set_dim(width);
+    VariableShardDef dynamic = DynamicShardDef("d", width);
     const auto created =
         store.CreateShards({table, FloatShard("b", 10, 0, 10, 1, /*init=*/2.0f), dynamic});
     ASSERT_TRUE(created.ok()) << created.status();
@@ -799,14 +805,7 @@ TEST(VariableStoreWireTest, AnsweredEarly_LaterCallsSeeTheWholeUpdate_OnlyWhenCe
   for (int threads : {0, 2}) {
     SCOPED_TRACE(threads);
     VariableStore store(threads);
-    VariableShardDef dynamic;
-    dynamic.set_name("d");
-    dynamic.set_variable("d");
-    dynamic.add_full_shape(width);
-    dynamic.set_dtype(DT_FLOAT32);
-    dynamic.mutable_initializer()->set_kind(InitializerDef::ZEROS);
-    dynamic.set_num_shards(1);
-    dynamic.mutable_dynamic()->set_dim(width);
+    VariableShardDef dynamic = DynamicShardDef("d", width);
     dynamic.mutable_optimizer()->set_kind(OptimizerDef::SGD);
     dynamic.mutable_optimizer()->set_learning_rate(0.1f);
     const auto created = store.CreateShards({FloatShard("t", rows, 0, rows, width), dynamic});
