@@ -442,11 +442,7 @@ absl::Status VariableStore::Update(const std::vector<UpdateOpView>& ops, int64_t
   bool answered = false;
   if (answer && certain) {
     // Counted before the answer goes out, so any request sent after it finds the count and waits.
-    {
-      absl::MutexLock lock(&committed_mu_);
-      ++committed_applying_;
-      committed_any_.fetch_add(1, std::memory_order_relaxed);
-    }
+    BeginCommitted();
     answered = answer();
     if (!answered) EndCommitted();
   }
@@ -455,20 +451,23 @@ absl::Status VariableStore::Update(const std::vector<UpdateOpView>& ops, int64_t
   // (ps_bench): a 4 MiB dense push ~5% faster than applied with the pool, sparse ones the same.
   // (A failure after the answer can't happen, by `certain`; if it did, the data plane would close
   // the connection: its client sees UNAVAILABLE.)
-  for (size_t i = 0; i < ops.size(); ++i) {
+  ThreadPool* const pool = answered ? nullptr : pool_.get();
+  absl::Status applied;
+  for (size_t i = 0; i < ops.size() && applied.ok(); ++i) {
     if (targets[i].fixed != nullptr) {
-      targets[i].fixed->Update(ops[i], answered ? nullptr : pool_.get(), step);
+      targets[i].fixed->Update(ops[i], pool, step);
     } else {
-      const absl::Status applied = targets[i].dynamic->Update(ops[i], targets[i].keys, ctx,
-                                                              answered ? nullptr : pool_.get());
-      if (!applied.ok()) {
-        if (answered) EndCommitted();
-        return applied;
-      }
+      applied = targets[i].dynamic->Update(ops[i], targets[i].keys, ctx, pool);
     }
   }
   if (answered) EndCommitted();
-  return absl::OkStatus();
+  return applied;
+}
+
+void VariableStore::BeginCommitted() {
+  absl::MutexLock lock(&committed_mu_);
+  ++committed_applying_;
+  committed_any_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void VariableStore::EndCommitted() {

@@ -136,7 +136,8 @@ class VariableStore {
                       const std::function<bool()>& answer);
   // Waits while an update answered before it was applied is being applied.
   void AwaitCommitted() const;
-  // One update answered early is applied (or was not answered after all).
+  // One update is about to be answered early; it is applied (or was not answered after all).
+  void BeginCommitted();
   void EndCommitted();
   bool NoneCommittedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(committed_mu_) {
     return committed_applying_ == 0;
