@@ -1,5 +1,6 @@
 #include "models/ctr_net.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <memory>
@@ -168,6 +169,71 @@ TEST_F(CtrNetGradientTest, ReplicatedStep_MatchesOneDevice) {
     for (size_t i = 0; i < logits.size(); ++i) {
       EXPECT_NEAR(r_logits[i], logits[i], 1e-5);
       EXPECT_NEAR(r_lr_logits[i], lr_logits[i], 1e-5);
+    }
+  }
+}
+
+// The flights model's shapes on a GPU's replica group against a CPU's: the same gradients,
+// losses and logits up to float rounding. Skips, saying why, without a GPU (or CUDA build).
+TEST(CtrNetDeviceTest, ReplicatedStep_CudaGroup_MatchesCpuGroup) {
+  ReplicaGroupOptions cuda_options;
+  cuda_options.kind = DeviceOptions::Kind::kCuda;
+  cuda_options.num_replicas = 1;
+  auto cuda = ReplicaGroup::Create(cuda_options);
+  if (!cuda.ok()) GTEST_SKIP() << "no CUDA replica group here: " << cuda.status();
+  ReplicaGroupOptions cpu_options;
+  cpu_options.kind = DeviceOptions::Kind::kCpu;
+  cpu_options.num_replicas = 1;
+  auto cpu = ReplicaGroup::Create(cpu_options);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  const CtrNetShape shape;  // 14 features x 16 wide, 64 hidden
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0, 0.1f);
+  for (const int64_t n : {int64_t{7}, int64_t{256}, int64_t{1024}}) {
+    SCOPED_TRACE(testing::Message() << n << " examples");
+    const int64_t num_unique = std::min<int64_t>(n * shape.features, 3000);
+    std::uniform_int_distribution<int32_t> row(0, static_cast<int32_t>(num_unique - 1));
+    std::vector<int32_t> index(n * shape.features);
+    for (int32_t& i : index) i = row(rng);
+    auto fill = [&](int64_t size) {
+      std::vector<float> v(size);
+      for (float& x : v) x = normal(rng);
+      return v;
+    };
+    const std::vector<float> emb = fill(num_unique * shape.dim), lr = fill(num_unique),
+                             w1 = fill(shape.w1_size()), b1 = fill(shape.hidden),
+                             w2 = fill(shape.hidden), b2 = fill(1), lr_bias = fill(1);
+    std::vector<float> labels(n);
+    for (int64_t i = 0; i < n; ++i) labels[i] = static_cast<float>(i % 3 == 0);
+    const CtrBatch batch{n, num_unique, index.data(), emb.data(), lr.data(), labels.data()};
+    const CtrDenseParams params{w1.data(), b1.data(), w2.data(), b2.data(), lr_bias.data()};
+    std::vector<float> expected, grads;
+    float loss = 0, lr_loss = 0, gpu_loss = 0, gpu_lr_loss = 0;
+    ASSERT_TRUE(CtrReplicatedStep(cpu->get(), shape, batch, params, &expected, &loss, &lr_loss).ok());
+    ASSERT_TRUE(
+        CtrReplicatedStep(cuda->get(), shape, batch, params, &grads, &gpu_loss, &gpu_lr_loss).ok());
+    EXPECT_NEAR(gpu_loss, loss, 1e-5 + 1e-5 * std::abs(loss));
+    EXPECT_NEAR(gpu_lr_loss, lr_loss, 1e-5 + 1e-5 * std::abs(lr_loss));
+    ASSERT_EQ(grads.size(), expected.size());
+    const CtrGradLayout layout(shape, num_unique);
+    int reported = 0;
+    for (size_t i = 0; i < grads.size(); ++i) {
+      if (std::abs(grads[i] - expected[i]) > 1e-5 + 1e-3 * std::abs(expected[i]) && reported++ < 10) {
+        ADD_FAILURE() << "gradient " << i << " (emb at 0, lr at " << layout.lr << ", w1 at "
+                      << layout.w1 << ", b1 at " << layout.b1 << ", w2 at " << layout.w2
+                      << ", b2 at " << layout.b2 << ", lr_bias at " << layout.lr_bias
+                      << "): gpu " << grads[i] << ", cpu " << expected[i];
+      }
+    }
+    std::vector<float> logits, lr_logits, gpu_logits, gpu_lr_logits;
+    ASSERT_TRUE(CtrReplicatedForward(cpu->get(), shape, batch, params, &logits, &lr_logits).ok());
+    ASSERT_TRUE(CtrReplicatedForward(cuda->get(), shape, batch, params, &gpu_logits, &gpu_lr_logits)
+                    .ok());
+    ASSERT_EQ(gpu_logits.size(), logits.size());
+    ASSERT_EQ(gpu_lr_logits.size(), lr_logits.size());
+    for (size_t i = 0; i < logits.size(); ++i) {
+      EXPECT_NEAR(gpu_logits[i], logits[i], 1e-4) << i;
+      EXPECT_NEAR(gpu_lr_logits[i], lr_logits[i], 1e-4) << i;
     }
   }
 }

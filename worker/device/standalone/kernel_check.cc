@@ -66,13 +66,25 @@ class DeviceArray {
   ~DeviceArray() { cudaFree(p_); }
   DeviceArray(const DeviceArray&) = delete;
   DeviceArray& operator=(const DeviceArray&) = delete;
+  // The kernels run on a cudaStreamNonBlocking stream, which the legacy default stream of
+  // cudaMemcpy does not wait for (nor it for cudaMemcpy's DMA from pageable memory): every
+  // transfer waits for the whole device before and after.
   void Upload(const std::vector<T>& v) {
+    CUDA_OK(cudaDeviceSynchronize());
     CUDA_OK(cudaMemcpy(p_, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaDeviceSynchronize());
   }
   std::vector<T> Download(size_t n) const {
     std::vector<T> v(n);
+    CUDA_OK(cudaDeviceSynchronize());
     CUDA_OK(cudaMemcpy(v.data(), p_, n * sizeof(T), cudaMemcpyDeviceToHost));
     return v;
+  }
+  // Every byte `value`, ordered like the transfers.
+  void Fill(int value, size_t bytes) const {
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaMemset(p_, value, bytes));
+    CUDA_OK(cudaDeviceSynchronize());
   }
   std::vector<T> Download() const { return Download(n_); }
   T* get() const { return p_; }
@@ -189,7 +201,7 @@ void CheckKernels(const Gpu& gpu, Results* results) {
   std::mt19937 rng(1234);
   cudaStream_t s = gpu.stream;
   DeviceArray<k::KernelError> error(1);
-  CUDA_OK(cudaMemset(error.get(), 0, sizeof(k::KernelError)));
+  error.Fill(0, sizeof(k::KernelError));
   DeviceArray<char> scratch(64 << 20);
 
   {  // Gemm, every transpose.
@@ -386,7 +398,7 @@ void CheckKernels(const Gpu& gpu, Results* results) {
   {  // Out-of-range indices are recorded, not fatal.
     DeviceArray<float> table(4 * 8), out(3 * 8);
     DeviceArray<int32_t> index(std::vector<int32_t>{0, 7, 1});
-    CUDA_OK(cudaMemset(error.get(), 0, sizeof(k::KernelError)));
+    error.Fill(0, sizeof(k::KernelError));
     CUDA_OK(k::GatherRows(4, 8, table.get(), index.get(), 3, out.get(), error.get(), s));
     const k::KernelError e = error.Download()[0];
     const bool ok = e.op == k::kGatherRows && e.position == 1 && e.value == 7 && e.limit == 4;
@@ -397,7 +409,7 @@ void CheckKernels(const Gpu& gpu, Results* results) {
     DeviceArray<float> dy(std::vector<float>{1, 1, 1, 1}), dx(16);
     // Output 2's window holds elements 8, 9, 12 and 13.
     DeviceArray<int32_t> arg(std::vector<int32_t>{0, 2, 15, 10});
-    CUDA_OK(cudaMemset(error.get(), 0, sizeof(k::KernelError)));
+    error.Fill(0, sizeof(k::KernelError));
     CUDA_OK(k::MaxPool2DGrad(w, dy.get(), arg.get(), dx.get(), error.get(), s));
     const k::KernelError e = error.Download()[0];
     const std::vector<float> grad = dx.Download();
@@ -450,7 +462,11 @@ void CheckNccl(int gpus, bool bench, Results* results) {
     const std::string name = "nccl_all_reduce_gpu" + std::to_string(g);
     results->Near(name.c_str(), out, expected, 1e-5);
   }
-  if (bench) {
+  if (bench && gpus == 1) {
+    // One rank's all-reduce in place moves nothing: no bandwidth to quote.
+    std::printf("{\"bench\": \"nccl_all_reduce\", \"gpus\": 1, \"skipped\": "
+                "\"bandwidth needs 2 or more GPUs (one rank's in-place all-reduce copies nothing)\"}\n");
+  } else if (bench) {
     const int iters = 20;
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < iters; ++i) all_reduce();
@@ -479,11 +495,11 @@ void BenchKernels(Gpu* gpu, bool quick) {
   cudaStream_t s = gpu->stream;
   const int64_t scale = quick ? 8 : 1;
   DeviceArray<k::KernelError> error(1);
-  CUDA_OK(cudaMemset(error.get(), 0, sizeof(k::KernelError)));
+  error.Fill(0, sizeof(k::KernelError));
   {  // The reachable limit: a device-to-device copy (counts read + write).
     const size_t bytes = (size_t{512} << 20) / scale;
     DeviceArray<char> a(bytes), b(bytes);
-    CUDA_OK(cudaMemset(a.get(), 1, bytes));
+    a.Fill(1, bytes);
     const double ms = TimeMs(s, [&] {
       CUDA_OK(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, s));
     });
@@ -737,7 +753,7 @@ void BenchTraining(Gpu* gpu, bool quick) {
     DeviceArray<float> loss(1);
     DeviceArray<char> scratch(k::kLossScratchBytes);
     DeviceArray<k::KernelError> error(1);
-    CUDA_OK(cudaMemset(error.get(), 0, sizeof(k::KernelError)));
+    error.Fill(0, sizeof(k::KernelError));
     GpuOps gops{gpu, gb.w, gb.bias, gb.dw, gb.dbias, gb.acts, gb.grad_acts,
                 dlabels.get(), loss.get(), scratch.get(), error.get()};
     const double gpu_ms = TimeMs(gpu->stream, [&] { MlpStep(shape, gops, 1e-3f); });
