@@ -2,12 +2,17 @@
 // checkpoints and automatic resume, ps recovery, a progress line, TensorBoard scalars, and a final
 // evaluation.
 //
-//   setup (variables, per-worker data) -> restore (latest checkpoint, by default) ->
-//   [validate at step 0] -> schedule steps [resumed step, total) with up to max_pending_steps
-//   outstanding, collecting losses in order -> every N steps / T seconds: finish the scheduled
-//   steps, save -> every epoch (or N steps): finish them, validate; a new best is saved and marked
-//   (BEST), and patience running out stops training early -> final save -> restore the best
-//   checkpoint -> evaluate on the test data -> TrainResult
+//   StartCluster -> SetUpModel (variables, per-worker data) -> Restore (the latest checkpoint, by
+//   default) -> StartReporting -> [Validate at step 0] ->
+//   TrainSteps: schedule steps [resumed step, total) with up to max_pending_steps outstanding,
+//               collecting each in order (CollectFront);
+//               every N steps / T seconds: finish the scheduled steps, Save;
+//               every epoch (or N steps): finish them, Validate: a new best is saved and marked
+//               (BEST), and patience running out stops training early ->
+//   Finish (a last Validate, the final Save) -> SumTables -> EvaluateBest (restore the best
+//   checkpoint) -> EvaluateTest -> TrainResult
+//
+// (Each name is a method of trainer.cc's TrainingLoop, in this order in Run().)
 //
 // Validation (when the model has validation data, ModelOptions::validation_fraction): the model's
 // val_* metrics, written to TensorBoard as their own scalars; the watched one (the model's
