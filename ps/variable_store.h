@@ -18,6 +18,7 @@
 #include "ps/dynamic_shard.h"
 #include "ps/memory_budget.h"
 #include "ps/shard_checkpoint.h"
+#include "ps/shard_directory.h"
 #include "ps/variable_shard.h"
 
 namespace pstrain {
@@ -134,14 +135,6 @@ class VariableStore {
   // Validates every op, then applies them (`answer`: as UpdateWire's).
   absl::Status Update(const std::vector<UpdateOpView>& ops, int64_t step,
                       const std::function<bool()>& answer);
-  // Waits while an update answered before it was applied is being applied.
-  void AwaitCommitted() const;
-  // One update is about to be answered early; it is applied (or was not answered after all).
-  void BeginCommitted();
-  void EndCommitted();
-  bool NoneCommittedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(committed_mu_) {
-    return committed_applying_ == 0;
-  }
   DynamicOpContext ContextLocked(int64_t step) const ABSL_SHARED_LOCKS_REQUIRED(update_gate_);
   // A validated read request: per op, its shard, local rows [begin, end) and reply bytes.
   struct ReadPlan {
@@ -163,17 +156,9 @@ class VariableStore {
   uint32_t generation_ ABSL_GUARDED_BY(update_gate_) = 1;
   bool track_erasures_ ABSL_GUARDED_BY(update_gate_) = false;
 
-  // Updates answered early (UpdateWire's `answer`) and not yet applied. (The data plane answers
-  // early only while none of its other requests is in the handler, waiters included: its own
-  // waiters can't starve.)
-  mutable absl::Mutex committed_mu_;
-  int committed_applying_ ABSL_GUARDED_BY(committed_mu_) = 0;
-  std::atomic<int> committed_any_{0};  // committed_applying_, read without the lock
-
-  mutable absl::Mutex mu_;
-  // Below: guarded by mu_. A name is in one of the two maps.
-  absl::flat_hash_map<std::string, std::shared_ptr<VariableShard>> shards_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, std::shared_ptr<DynamicShard>> dynamic_ ABSL_GUARDED_BY(mu_);
+  // The shards by name: every entry point finds its shards through a ShardDirectory::Reader,
+  // which waits for updates answered early (UpdateWire's `answer`) to be applied.
+  ShardDirectory directory_;
 
   absl::Mutex restore_mu_;
   // Below: guarded by restore_mu_. The staged restore, if any.
