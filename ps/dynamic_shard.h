@@ -41,9 +41,19 @@
 // lookup's inserts when no key can be turned away (no admission, no capacity: room is reserved in
 // every stripe first, then each stripe's keys stored under its lock); with admission or a capacity,
 // and for assigns, inserting keys locks every stripe of the shard (in order) for the insert's
-// duration, which is where evictions happen.
+// duration, which is where evictions happen. Every insert goes through one path (Insert), its
+// cases parameters.
 // Incremental checkpoints: every change stamps the key's record with the ps's current generation;
 // erased and evicted keys are remembered with theirs while erasures are tracked.
+//
+// The parts, each a unit with its own tests (as LevelDB's cache splits into its hash table, its
+// LRU cache and the sharded cache over them):
+//   ps/dynamic_records.h    RecordTable: one stripe's records in blocks, and their index
+//   ps/dynamic_admission.h  AdmissionSketch: the count-min sketch and the admission rule
+//   ps/dynamic_eviction.h   StepClock (steps and TTL) and the capacity's eviction order
+//   ps/dynamic_export.h     ExportCursor: where an export goes on
+//   ps/dynamic_erasures.h   ErasureLog: erased keys for incremental saves
+//   this file               DynamicShard: the stripes, the ops over them, checkpoints' access
 #ifndef PSTRAIN_PS_DYNAMIC_SHARD_H_
 #define PSTRAIN_PS_DYNAMIC_SHARD_H_
 
@@ -60,6 +70,10 @@
 #include "absl/synchronization/mutex.h"
 #include "common/thread_pool.h"
 #include "proto/ps_service.pb.h"
+#include "ps/dynamic_admission.h"
+#include "ps/dynamic_erasures.h"
+#include "ps/dynamic_eviction.h"
+#include "ps/dynamic_records.h"
 #include "ps/memory_budget.h"
 #include "ps/optimizers.h"
 #include "ps/update_view.h"
@@ -114,7 +128,7 @@ class DynamicShard {
   // Floats per record: the row and each slot's row.
   int64_t record_floats() const { return dim_ * (1 + num_slots_); }
   // Bytes of one record (header, row, slots; a multiple of 8).
-  int64_t record_bytes() const { return record_bytes_; }
+  int64_t record_bytes() const { return layout_.record_bytes; }
   // The shard's capacity in keys (0: none).
   int64_t capacity() const { return capacity_; }
 
@@ -192,93 +206,98 @@ class DynamicShard {
   absl::Status PutRecord(const DynamicRecord& record);
   void EraseKey(int64_t key);
   // The shard's step (restores set it from the saved records: the largest last step).
-  int64_t step() const { return step_.load(); }
-  void AdvanceStep(int64_t step);
+  int64_t step() const { return clock_.step(); }
+  void AdvanceStep(int64_t step) { clock_.Advance(step); }
 
  private:
-  struct Stripe;
+  // A stripe: its lock, and the keys its lock guards. A checkpoint reads it under `mu` too, with
+  // the store's update gate keeping every writer out.
+  struct Stripe {
+    explicit Stripe(const RecordLayout& layout, MemoryBudget* budget) : table(layout, budget) {}
+    mutable absl::Mutex mu;
+    RecordTable table ABSL_GUARDED_BY(mu);
+    ErasureLog erased ABSL_GUARDED_BY(mu);  // while erasures are tracked
+    int64_t next_sweep_step ABSL_GUARDED_BY(mu) = 0;
+  };
+  // How Insert runs; what differs between a training lookup's inserts and an assign's.
+  struct InsertCall {
+    // Turn away keys the admission sketch doesn't admit (a training lookup; an assign stores all).
+    bool admission = false;
+    // Count each position's sighting (a training lookup).
+    bool sighting = false;
+    // The caller holds every stripe's lock (else Insert takes each stripe's lock in turn, which
+    // it may only when no key can be turned away: no admission, no capacity).
+    bool locked = false;
+    // If not null: records[p] is set to the record of each position of `missing` whose key is held
+    // at the end (valid while the stripes stay locked).
+    std::vector<char*>* records = nullptr;
+    // If not null: the row of each position held at the end is copied to out + p * row_bytes().
+    char* out = nullptr;
+  };
+  struct Chosen;
+
   explicit DynamicShard(VariableShardDef def);
 
-  // ---- One stripe, its lock held (or every stripe's, where said).
-  inline char* Record(const Stripe& s, uint32_t r) const;
-  // Records in block `block` of a stripe.
-  int64_t BlockRecords(size_t block) const;
-  // Finds `key` (`hash` = its StripeHash): true and its index position, or false and the empty
-  // position where it would go.
-  inline bool Probe(const Stripe& s, int64_t key, uint64_t hash, uint64_t* pos) const;
-  // Walks `n` positions of one stripe in order, calling fn(p, pos, record) for each position p =
-  // positions[k]: `record` is keys[p]'s record if the key is in the index (else null), `pos` its
-  // index position (or, if not held, the empty position where it would go). A pipeline hides the
-  // memory's latency: the home index entry of the key kIndexAhead positions ahead is prefetched;
-  // kRecordAhead ahead, the key's entry is found by its tag in the (by then arrived) index and the
-  // first `record_prefix` bytes of its record are prefetched. fn may erase or insert (its lock is
-  // held) but not grow the index: a position found ahead is checked again before use, and probed
-  // afresh if it changed.
-  template <typename Fn>
-  void Walk(const Stripe& s, const int64_t* keys, const uint64_t* hashes, const int32_t* positions,
-            int64_t n, int64_t record_prefix, Fn&& fn) const;
-  // Makes room for `new_keys` more keys in `s` (blocks and index) beyond the room promised to
-  // other requests (Stripe::promised), reserving their memory. Errors: kResourceExhausted, with
-  // nothing changed.
-  absl::Status MakeRoom(Stripe& s, int64_t new_keys);
+  std::string Who() const;
+  // Asserts (and tells the analysis) that the caller holds `s`'s lock: code that runs with every
+  // stripe locked (LockAll) calls it before it touches a stripe.
+  static void AssertHeld(const Stripe& s) ABSL_ASSERT_EXCLUSIVE_LOCK(s.mu) { s.mu.AssertHeld(); }
+
+  // ---- One stripe, its lock held.
   // Stores `key` at the empty index position `pos` (room made first) with its initial row and
   // slots. Returns its record.
   char* InsertAt(Stripe& s, int64_t key, uint64_t hash, uint64_t pos, uint32_t step,
-                 uint32_t count, const DynamicOpContext& ctx);
-  // Removes the key at index position `pos`.
-  void EraseAt(Stripe& s, uint64_t pos, const DynamicOpContext& ctx);
+                 uint32_t count, const DynamicOpContext& ctx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  // Removes the key at index position `pos` (remembering it while erasures are tracked).
+  void EraseAt(Stripe& s, uint64_t pos, const DynamicOpContext& ctx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   // Erases the stripe's expired keys, if a sweep is due.
-  void MaybeSweep(Stripe& s, const DynamicOpContext& ctx);
+  void MaybeSweep(Stripe& s, const DynamicOpContext& ctx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  // Finds or stores each key at `positions` (room made first; repeats and keys stored meanwhile
+  // count a sighting; an expired key is stored afresh), setting records[p] and copying rows to
+  // `out` where those are not null. Returns how many keys it stored.
+  int64_t StoreWalk(Stripe& s, const int64_t* keys, const uint64_t* hashes,
+                    const int32_t* positions, int64_t n, bool sighting,
+                    const DynamicOpContext& ctx, std::vector<char*>* records, char* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+
+  // ---- Across stripes.
   // MaybeSweep on every stripe, each under its lock (training lookups and updates, at their start).
   void SweepDueStripes(const DynamicOpContext& ctx);
-  // Every stripe locked: evicts least recently used keys until at most `target` are held.
-  void EvictLeastRecentlyUsed(int64_t target, const DynamicOpContext& ctx);
-  // The admission sketch (every stripe locked).
-  uint32_t SketchCount(int64_t key) const;
-  void SketchAdd(int64_t key, uint32_t n);
-  // Whether a key seen `occurrences` more times is admitted now (the sketch is not changed).
-  bool Admits(int64_t key, uint32_t occurrences) const;
-
   // Runs fn(stripe index) for each stripe with positions in `groups`, each under its lock, over
   // `pool`.
   void ForEachStripe(const Groups& groups, ThreadPool* pool,
                      const std::function<void(int)>& fn) const;
-  // The request's effective step: its own, or the shard's when it gave none.
-  uint32_t EffectiveStep(const DynamicOpContext& ctx) const;
-  bool Expired(uint32_t record_step) const;
-  int64_t FullStep(uint32_t record_step) const;
+  // Runs fn(stripe index) for each stripe with positions in `groups`, over `pool`, every stripe
+  // locked by the caller.
+  void ForEachLockedStripe(const Groups& groups, ThreadPool* pool,
+                           const std::function<void(int)>& fn) const;
   // Finds every key, copying its row to `out` (if not null) under its stripe's lock; for training
   // lookups counts each found key's sighting. found[p]: the key at p is held (and unexpired).
   // Returns how many positions were found.
-  int64_t Find(const int64_t* keys, const uint64_t* hashes, const Groups& groups, bool sighting,
-               bool may_sweep, const DynamicOpContext& ctx, std::vector<uint8_t>* found,
-               char* out, ThreadPool* pool);
-  // With every stripe locked: stores the keys at `missing` that are still missing, subject to
-  // admission if `admission`, and counts sightings; records[p] is then the record of every
-  // position of `missing` whose key is held (valid while the stripes stay locked), and its row
-  // is copied to out + p * row_bytes() (if `out` is not null).
-  // Errors: kResourceExhausted, nothing stored.
-  absl::Status InsertMissing(const int64_t* keys, const uint64_t* hashes,
-                             const std::vector<int32_t>& missing, bool admission,
-                             bool sighting, const DynamicOpContext& ctx,
-                             std::vector<char*>* records, char* out, ThreadPool* pool);
-  // A training lookup's missing keys when no key can be turned away (admission off, no
-  // capacity), each stripe under its own lock only: room is reserved and promised in every stripe
-  // first (Stripe::promised), then StoreWalk on each. Errors: kResourceExhausted (nothing stored).
-  absl::Status StoreMissing(const KeyBatch& batch, const std::vector<int32_t>& missing,
-                            const DynamicOpContext& ctx, char* out, ThreadPool* pool);
-  // With `s` locked and room made: finds or stores each key at `positions` (repeats and keys
-  // stored meanwhile count a sighting; an expired key is stored afresh), setting records[p] and
-  // copying rows to `out` where those are not null.
-  void StoreWalk(Stripe& s, const int64_t* keys, const uint64_t* hashes, const int32_t* positions,
-                 int64_t n, bool sighting, const DynamicOpContext& ctx,
-                 std::vector<char*>* records, char* out);
-  // InsertMissing when no key can be turned away (admission off or not asked, no capacity), every
-  // stripe locked: StoreWalk on each.
-  absl::Status InsertMissingUnbounded(const int64_t* keys, const uint64_t* hashes,
-                                      const std::vector<int32_t>& missing, bool sighting,
-                                      const DynamicOpContext& ctx, std::vector<char*>* records,
-                                      char* out, ThreadPool* pool);
+  int64_t Find(const KeyBatch& batch, bool sighting, bool may_sweep, const DynamicOpContext& ctx,
+               std::vector<uint8_t>* found, char* out, ThreadPool* pool);
+  // The one insert path: stores the keys at `missing` (positions of `batch`) that are still
+  // missing, as `call` says (see InsertCall). With admission or a capacity (every stripe locked),
+  // Choose decides first which keys are stored, evicting to make room. Errors:
+  // kResourceExhausted (memory: nothing stored, nothing counted; evictions stand).
+  absl::Status Insert(const KeyBatch& batch, const std::vector<int32_t>& missing,
+                      const InsertCall& call, const DynamicOpContext& ctx, ThreadPool* pool);
+  // Every stripe locked: which of `missing` are still missing (counting the sightings of those
+  // held now), which of those keys are admitted and fit the capacity, and evictions to make room.
+  void Choose(const KeyBatch& batch, const std::vector<int32_t>& missing, const InsertCall& call,
+              const DynamicOpContext& ctx, ThreadPool* pool, Chosen* chosen);
+  // Update's three kinds of op (validated, keys prepared).
+  void Erase(const KeyBatch& batch, const DynamicOpContext& ctx);
+  void ApplyGradients(const UpdateOpView& op, const KeyBatch& batch, const DynamicOpContext& ctx,
+                      ThreadPool* pool);
+  // ASSIGN and ASSIGN_ADD. Errors: kResourceExhausted (storing the keys: nothing changes).
+  absl::Status Assign(const UpdateOpView& op, const KeyBatch& batch, const DynamicOpContext& ctx,
+                      ThreadPool* pool);
+  // Every stripe locked: evicts least recently used keys until at most `keep` are held.
+  void EvictLeastRecentlyUsed(int64_t keep, const DynamicOpContext& ctx);
+  // Keys held in every stripe (every stripe locked).
+  int64_t LiveLocked() const;
   // `positions` grouped by the stripe of their key, in order.
   static Groups ByStripe(const uint64_t* hashes, const int32_t* positions, size_t count);
   void LockAll() const;
@@ -287,26 +306,17 @@ class DynamicShard {
   VariableShardDef def_;
   int64_t dim_ = 0;
   int num_slots_ = 0;
-  int64_t record_bytes_ = 0;
-  // Record blocks: small ones (doubling from 64 records) for records [0, small_records_), then
-  // big ones of big_block_records_ each.
-  size_t small_blocks_ = 0;
-  uint32_t small_records_ = 0;
-  uint32_t big_block_records_ = 1;
-  // i / big_block_records_ as (i * big_block_magic_) >> 64 (exact for 32-bit i; 0: divide by 1).
-  uint64_t big_block_magic_ = 0;
+  RecordLayout layout_;
   int64_t capacity_ = 0;
-  int64_t ttl_ = 0;
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<float> slot_init_;  // per slot
   std::vector<float> default_row_;
 
-  std::unique_ptr<Stripe[]> stripes_;
-  // The admission sketch (empty when admission is off); changed only with every stripe locked.
-  std::vector<uint8_t> sketch_;
-  BudgetReservation sketch_reservation_;
+  std::vector<std::unique_ptr<Stripe>> stripes_;
+  // Changed only with every stripe locked.
+  AdmissionSketch admission_;
+  StepClock clock_;
 
-  std::atomic<int64_t> step_{0};
   // Where requests start taking stripes (ForEachStripe): each the next.
   mutable std::atomic<uint32_t> next_start_{0};
   std::atomic<int64_t> apply_count_{0};
