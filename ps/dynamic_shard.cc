@@ -163,9 +163,9 @@ absl::StatusOr<std::unique_ptr<DynamicShard>> DynamicShard::Create(const Variabl
 
 // ---- One stripe.
 
-char* DynamicShard::InsertAt(Stripe& s, int64_t key, uint64_t hash, uint64_t pos, uint32_t step,
-                             uint32_t count, const DynamicOpContext& ctx) {
-  char* record = s.table.InsertAt(key, hash, pos, step, count, ctx.generation);
+char* DynamicShard::InsertAt(RecordTable& table, int64_t key, uint64_t hash, uint64_t pos,
+                             uint32_t step, uint32_t count, const DynamicOpContext& ctx) {
+  char* record = table.InsertAt(key, hash, pos, step, count, ctx.generation);
   float* f = Floats(record);
   InitializeFloatForKey(def_.initializer(), key, dim_, f);
   for (int slot = 0; slot < num_slots_; ++slot) {
@@ -174,9 +174,10 @@ char* DynamicShard::InsertAt(Stripe& s, int64_t key, uint64_t hash, uint64_t pos
   return record;
 }
 
-void DynamicShard::EraseAt(Stripe& s, uint64_t pos, const DynamicOpContext& ctx) {
-  const int64_t key = s.table.EraseAt(pos);
-  if (ctx.track_erasures) s.erased.Add(key, ctx.generation);
+void DynamicShard::EraseAt(RecordTable& table, ErasureLog& erased, uint64_t pos,
+                           const DynamicOpContext& ctx) {
+  const int64_t key = table.EraseAt(pos);
+  if (ctx.track_erasures) erased.Add(key, ctx.generation);
 }
 
 void DynamicShard::MaybeSweep(Stripe& s, const DynamicOpContext& ctx) {
@@ -189,7 +190,7 @@ void DynamicShard::MaybeSweep(Stripe& s, const DynamicOpContext& ctx) {
   for (int64_t key : expired) {
     uint64_t pos = 0;
     if (table.Probe(key, StripeHash(key), &pos)) {
-      EraseAt(s, pos, ctx);
+      EraseAt(table, s.erased, pos, ctx);
       evicted_ttl_.fetch_add(1, std::memory_order_relaxed);
     }
   }
@@ -202,6 +203,7 @@ int64_t DynamicShard::StoreWalk(Stripe& s, const int64_t* keys, const uint64_t* 
   const int64_t rb = row_bytes();
   const uint32_t step = clock_.Effective(ctx.step);
   RecordTable& table = s.table;
+  ErasureLog& erased = s.erased;
   int64_t inserted = 0;
   // One walk finds or stores each key: a key another request stored since this one looked (or
   // that repeats one stored just before) counts a sighting; an expired one is stored afresh.
@@ -215,12 +217,11 @@ int64_t DynamicShard::StoreWalk(Stripe& s, const int64_t* keys, const uint64_t* 
                    if (out != nullptr) CopyRow(out + p * rb, Floats(record), rb);
                    return;
                  }
-                 const int64_t key = table.EraseAt(pos);
-                 if (ctx.track_erasures) s.erased.Add(key, ctx.generation);
+                 EraseAt(table, erased, pos, ctx);
                  evicted_ttl_.fetch_add(1, std::memory_order_relaxed);
                  table.Probe(keys[p], hashes[p], &pos);  // now missing: the empty position
                }
-               record = InsertAt(s, keys[p], hashes[p], pos, step, sighting ? 1 : 0, ctx);
+               record = InsertAt(table, keys[p], hashes[p], pos, step, sighting ? 1 : 0, ctx);
                if (records != nullptr) (*records)[p] = record;
                // Copied while the row is in cache, just written.
                if (out != nullptr) CopyRow(out + p * rb, Floats(record), rb);
@@ -281,7 +282,7 @@ void DynamicShard::EvictLeastRecentlyUsed(int64_t keep, const DynamicOpContext& 
     uint64_t pos = 0;
     if (s.table.Probe(all[k].key, StripeHash(all[k].key), &pos)) {
       const bool expired = clock_.Expired(Header(s.table.RecordAt(pos))->step);
-      EraseAt(s, pos, ctx);
+      EraseAt(s.table, s.erased, pos, ctx);
       (expired ? evicted_ttl_ : evicted_capacity_).fetch_add(1, std::memory_order_relaxed);
     }
   }
@@ -415,6 +416,7 @@ int64_t DynamicShard::Find(const KeyBatch& batch, bool sighting, bool may_sweep,
     Stripe& s = *stripes_[stripe];
     AssertHeld(s);
     RecordTable& table = s.table;
+    ErasureLog& erased = s.erased;
     int64_t here = 0;
     table.Walk(batch.keys.data(), batch.hashes.data(), groups.of(stripe), groups.size(stripe),
                kHeaderBytes + rb,
@@ -423,8 +425,7 @@ int64_t DynamicShard::Find(const KeyBatch& batch, bool sighting, bool may_sweep,
                  RecordHeader* h = Header(record);
                  if (clock_.Expired(h->step)) {
                    if (may_sweep) {
-                     const int64_t key = table.EraseAt(pos);
-                     if (ctx.track_erasures) s.erased.Add(key, ctx.generation);
+                     EraseAt(table, erased, pos, ctx);
                      evicted_ttl_.fetch_add(1, std::memory_order_relaxed);
                    }
                    return;
@@ -547,6 +548,7 @@ void DynamicShard::Choose(const KeyBatch& batch, const std::vector<int32_t>& mis
     Stripe& s = *stripes_[stripe];
     AssertHeld(s);
     RecordTable& table = s.table;
+    ErasureLog& erased = s.erased;
     table.Walk(keys, hashes, missing_by_stripe.of(stripe), missing_by_stripe.size(stripe),
                kHeaderBytes,
                [&](int32_t p, uint64_t pos, char* record) __attribute__((always_inline)) {
@@ -554,8 +556,7 @@ void DynamicShard::Choose(const KeyBatch& batch, const std::vector<int32_t>& mis
                  if (record == nullptr) return;
                  RecordHeader* h = Header(record);
                  if (clock_.Expired(h->step)) {
-                   const int64_t key = table.EraseAt(pos);  // expired: stored afresh below
-                   if (ctx.track_erasures) s.erased.Add(key, ctx.generation);
+                   EraseAt(table, erased, pos, ctx);  // expired: stored afresh below
                    evicted_ttl_.fetch_add(1, std::memory_order_relaxed);
                    return;
                  }
@@ -738,16 +739,16 @@ void DynamicShard::Erase(const KeyBatch& batch, const DynamicOpContext& ctx) {
     Stripe& s = *stripes_[stripe];
     AssertHeld(s);
     RecordTable& table = s.table;
-    int64_t erased = 0;
+    ErasureLog& erased = s.erased;
+    int64_t count = 0;
     table.Walk(batch.keys.data(), batch.hashes.data(), by_stripe.of(stripe),
                by_stripe.size(stripe), /*record_prefix=*/kHeaderBytes,
                [&](int32_t /*p*/, uint64_t pos, char* record) __attribute__((always_inline)) {
                  if (record == nullptr) return;
-                 const int64_t key = table.EraseAt(pos);
-                 if (ctx.track_erasures) s.erased.Add(key, ctx.generation);
-                 ++erased;
+                 EraseAt(table, erased, pos, ctx);
+                 ++count;
                });
-    erased_.fetch_add(erased, std::memory_order_relaxed);
+    erased_.fetch_add(count, std::memory_order_relaxed);
   });
 }
 
@@ -991,7 +992,7 @@ absl::Status DynamicShard::PutRecord(const DynamicRecord& record) {
   } else {
     RETURN_IF_ERROR(s.table.MakeRoom(1, Who()));
     s.table.Probe(record.key, hash, &pos);
-    r = InsertAt(s, record.key, hash, pos, 0, 0, DynamicOpContext());
+    r = InsertAt(s.table, record.key, hash, pos, 0, 0, DynamicOpContext());
   }
   RecordHeader* h = Header(r);
   h->step = static_cast<uint32_t>(record.step);
@@ -1006,7 +1007,7 @@ void DynamicShard::EraseKey(int64_t key) {
   Stripe& s = *stripes_[StripeOf(hash)];
   absl::MutexLock lock(&s.mu);
   uint64_t pos = 0;
-  if (s.table.Probe(key, hash, &pos)) EraseAt(s, pos, DynamicOpContext());
+  if (s.table.Probe(key, hash, &pos)) EraseAt(s.table, s.erased, pos, DynamicOpContext());
 }
 
 }  // namespace pstrain

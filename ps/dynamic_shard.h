@@ -243,14 +243,16 @@ class DynamicShard {
   // stripe locked (LockAll) calls it before it touches a stripe.
   static void AssertHeld(const Stripe& s) ABSL_ASSERT_EXCLUSIVE_LOCK(s.mu) { s.mu.AssertHeld(); }
 
-  // ---- One stripe, its lock held.
-  // Stores `key` at the empty index position `pos` (room made first) with its initial row and
-  // slots. Returns its record.
-  char* InsertAt(Stripe& s, int64_t key, uint64_t hash, uint64_t pos, uint32_t step,
-                 uint32_t count, const DynamicOpContext& ctx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
-  // Removes the key at index position `pos` (remembering it while erasures are tracked).
-  void EraseAt(Stripe& s, uint64_t pos, const DynamicOpContext& ctx)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  // ---- One stripe, its lock held (a stripe's table and erasures are passed in by reference:
+  // reaching them needs the lock).
+  // Stores `key` at the empty index position `pos` of `table` (room made first) with its initial
+  // row and slots. Returns its record.
+  char* InsertAt(RecordTable& table, int64_t key, uint64_t hash, uint64_t pos, uint32_t step,
+                 uint32_t count, const DynamicOpContext& ctx);
+  // Removes the key at index position `pos`, remembering it in `erased` while erasures are
+  // tracked.
+  static void EraseAt(RecordTable& table, ErasureLog& erased, uint64_t pos,
+                      const DynamicOpContext& ctx);
   // Erases the stripe's expired keys, if a sweep is due.
   void MaybeSweep(Stripe& s, const DynamicOpContext& ctx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   // Finds or stores each key at `positions` (room made first; repeats and keys stored meanwhile

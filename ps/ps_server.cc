@@ -39,7 +39,10 @@ class PsServerImpl final : public PsServer {
     service_ = std::make_unique<RawUnaryService>(PsServiceHandlers::Service(), handler);
     ASSIGN_OR_RETURN(StartedServer started,
                      StartGrpcServer(options.listen_address, {service_.get()}));
-    server_ = std::move(started.server);
+    {
+      absl::MutexLock lock(&mu_);
+      server_ = std::move(started.server);
+    }
     identity_ = TaskIdentity::New("ps", options.task_index, started.address);
     const std::shared_ptr<const TransportSecurity> security = CurrentTransportSecurity();
     if (options.data_port >= 0 && !security->tls()) {

@@ -258,6 +258,7 @@ absl::Status VariableStore::RunLookup(const LookupRequest& request,
   DynamicOpContext ctx;
   if (inserts) {
     gate.emplace(&update_gate_);
+    update_gate_.AssertReaderHeld();  // (tells the analysis what `gate` holds)
     ctx = ContextLocked(request.step());
   } else {
     ctx.step = request.step();

@@ -68,7 +68,10 @@ class WorkerServerImpl final : public WorkerServer {
         });
     ASSIGN_OR_RETURN(StartedServer started,
                      StartGrpcServer(options.listen_address, {service_.get()}));
-    server_ = std::move(started.server);
+    {
+      absl::MutexLock lock(&mu_);
+      server_ = std::move(started.server);
+    }
     identity_ = TaskIdentity::New("worker", options.task_index, started.address);
     handlers_->SetIdentity(identity_);
     LOG(INFO) << "worker server " << identity_.DebugString() << " started";

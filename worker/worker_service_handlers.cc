@@ -12,6 +12,20 @@
 #include "common/tensor_proto.h"
 
 namespace pstrain {
+namespace {
+
+// Locks each resource of `order` (sorted, so that closures sharing several can't deadlock), and
+// unlocks them in reverse. (The analysis can't follow a run-time set of locks.)
+template <typename R>
+void LockInOrder(const std::vector<R*>& order) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  for (R* r : order) r->mu.Lock();
+}
+template <typename R>
+void UnlockInReverse(const std::vector<R*>& order) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  for (auto it = order.rbegin(); it != order.rend(); ++it) (*it)->mu.Unlock();
+}
+
+}  // namespace
 
 const google::protobuf::ServiceDescriptor* WorkerServiceHandlers::Service() {
   static const google::protobuf::ServiceDescriptor* service =
@@ -158,7 +172,7 @@ absl::Status WorkerServiceHandlers::Run(const RunClosureRequest& request,
   order.erase(std::remove_if(order.begin(), order.end(),
                              [](Resource* r) { return r->dataset->shared(); }),
               order.end());
-  for (Resource* r : order) r->mu.Lock();
+  LockInOrder(order);
   ClosureContext context;
   context.worker_index = me.index;
   context.num_workers = num_workers_;
@@ -168,7 +182,7 @@ absl::Status WorkerServiceHandlers::Run(const RunClosureRequest& request,
   for (auto& r : resources) context.datasets.push_back(r->dataset.get());
   const absl::Time start = absl::Now();
   absl::StatusOr<std::vector<Tensor>> outputs = (*fn)(context, args);
-  for (auto it = order.rbegin(); it != order.rend(); ++it) (*it)->mu.Unlock();
+  UnlockInReverse(order);
   if (ClosureSeries* series = SeriesOf(request.closure()); series != nullptr) {
     series->runs->Increment();
     series->seconds->ObserveDuration(absl::Now() - start);

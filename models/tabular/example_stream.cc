@@ -154,6 +154,17 @@ absl::StatusOr<bool> TrainStream::ReadInto(int64_t slot) {
   }
 }
 
+void TrainStream::CopySlot(int64_t from, ExampleRef dst) {
+  const ExampleRef src = Slot(from);
+  // (A spec may have no sparse or no dense features: then there is nothing, not even a pointer,
+  // to copy.)
+  const size_t slot_bytes = sizeof(int64_t) * layout_.num_slots;
+  const size_t dense_bytes = sizeof(float) * layout_.num_dense;
+  if (slot_bytes > 0) std::memcpy(dst.keys, src.keys, slot_bytes);
+  if (dense_bytes > 0) std::memcpy(dst.dense, src.dense, dense_bytes);
+  *dst.label = *src.label;
+}
+
 absl::Status TrainStream::Next(int64_t step, int64_t n, Batch* out) {
   absl::MutexLock lock(&mu_);
   if (!started_) {
@@ -165,16 +176,6 @@ absl::Status TrainStream::Next(int64_t step, int64_t n, Batch* out) {
     StartEpoch();
   }
   out->Resize(n, layout_);
-  const size_t slot_bytes = sizeof(int64_t) * layout_.num_slots;
-  const size_t dense_bytes = sizeof(float) * layout_.num_dense;
-  auto copy = [&](int64_t from, ExampleRef dst) {
-    ExampleRef src = Slot(from);
-    // (A spec may have no sparse or no dense features: then there is nothing, not even a
-    // pointer, to copy.)
-    if (slot_bytes > 0) std::memcpy(dst.keys, src.keys, slot_bytes);
-    if (dense_bytes > 0) std::memcpy(dst.dense, src.dense, dense_bytes);
-    *dst.label = *src.label;
-  };
   if (cached_) {
     if (!loaded_) {
       // The first pass: the whole share into the buffer.
@@ -202,7 +203,7 @@ absl::Status TrainStream::Next(int64_t step, int64_t n, Batch* out) {
         std::shuffle(permutation_.begin(), permutation_.end(), rng_);
         cursor_ = 0;
       }
-      copy(permutation_[cursor_++], out->At(i, layout_));
+      CopySlot(permutation_[cursor_++], out->At(i, layout_));
     }
     return absl::OkStatus();
   }
@@ -226,9 +227,9 @@ absl::Status TrainStream::Next(int64_t step, int64_t n, Batch* out) {
       continue;
     }
     const int64_t j = static_cast<int64_t>(rng_() % static_cast<uint64_t>(size_));
-    copy(j, out->At(i, layout_));
+    CopySlot(j, out->At(i, layout_));
     const int64_t last = size_ - 1;
-    if (j != last) copy(last, Slot(j));
+    if (j != last) CopySlot(last, Slot(j));
     --size_;
     ++i;
   }

@@ -127,6 +127,8 @@ class TrainStream {
   // Reads one training example into buffer slot `slot`; false when the epoch's rows are done.
   absl::StatusOr<bool> ReadInto(int64_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ExampleRef Slot(int64_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Copies buffer slot `from` into `dst`.
+  void CopySlot(int64_t from, ExampleRef dst) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   DataContext* const context_;
   const std::vector<Range> share_;
