@@ -8,18 +8,18 @@ Reads README.md and every docs/**/*.md (outside fenced code blocks and inline co
   - a relative link (`[text](path)`, `![alt](path)`, `[ref]: path`, `<a href="path">`) to a file or
     folder that doesn't exist, or that lies outside the repository; a path is taken from the linking
     file's folder, or from the repository root when it starts with `/`;
-  - a link to an anchor (`#anchor` in the same file, `other.md#anchor`) that is not a heading of the
-    target page, by GitHub's rules: the heading's text without its markup (backquotes, emphasis, link
-    targets, HTML tags), lowercased, every character that is not a letter, digit, space, hyphen or
-    underscore dropped, each space made a hyphen; a repeated heading gets -1, -2, ... (an explicit
-    `<a name="...">` or `id="..."` counts too). Anchors of files that are not Markdown (source
-    lines, `#L10`) are not checked;
+  - a link to an anchor (`#anchor` in the same file, `other.md#anchor`) that is not a heading of
+    the target page, by GitHub's rules: the heading's text without its markup (backquotes,
+    emphasis, link targets, HTML tags), lowercased, every character that is not a letter, digit,
+    space, hyphen or underscore dropped, each space made a hyphen; a repeated heading gets -1, -2,
+    ... (an explicit `<a name="...">` or `id="..."` counts too). Anchors of files that are not
+    Markdown (source lines, `#L10`) are not checked;
   - a room of tools/rooms.bzl (its ROOMS and TOP lists, read by parsing the file) that no page of
     docs/ describes. A page describes a room when a table row's first cell is the room's folder in
     backquotes, like docs/architecture.md's table of rooms: | `ps/` | ... |
 
-External links (any `scheme:` such as http, https, mailto) are not checked. Prints one line per problem,
-`file:line: what`, and exits 1; prints a summary and exits 0 when the docs are clean.
+External links (any `scheme:` such as http, https, mailto) are not checked. Prints one line per
+problem, `file:line: what`, and exits 1; prints a summary and exits 0 when the docs are clean.
 """
 import ast
 import os
@@ -32,7 +32,9 @@ FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
 HEADING = re.compile(r"^\s{0,3}(#{1,6})[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$")
 CODE_SPAN = re.compile(r"(`+)(.+?)\1")
 # [text](target) or ![alt](target), with an optional "title"; the target may be in <...>.
-INLINE_LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\[\]]*\])*\]\(\s*(<[^>]*>|[^\s)]*)(?:\s+(?:\"[^\"]*\"|'[^']*'))?\s*\)")
+INLINE_LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\[\]]*\])*\]"  # [text], one level of [] inside
+                         r"\(\s*(<[^>]*>|[^\s)]*)"  # (target or (<target>
+                         r"(?:\s+(?:\"[^\"]*\"|'[^']*'))?\s*\)")  # an optional "title", then )
 REFERENCE_DEFINITION = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*(<[^>]*>|\S+)")
 HTML_HREF = re.compile(r"<a\s[^>]*href=\"([^\"]*)\"", re.IGNORECASE)
 HTML_ANCHOR = re.compile(r"<a\s[^>]*(?:name|id)=\"([^\"]+)\"", re.IGNORECASE)
@@ -41,7 +43,7 @@ ROOM_ROW = re.compile(r"^\s*\|\s*`([^`/]+)/`\s*\|")
 
 
 def load_rooms(path):
-    """[(folder, line)] of ROOMS and TOP in a .bzl file, whose list assignments are Python literals."""
+    """[(folder, line)] of ROOMS and TOP in a .bzl file (its lists are Python literals too)."""
     with open(path, encoding="utf-8") as f:
         tree = ast.parse(f.read(), path)
     rooms = {}

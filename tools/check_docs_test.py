@@ -126,16 +126,17 @@ class CheckDocsTest(unittest.TestCase):
                       f"no heading of docs/architecture.md has the anchor #notes-2", out)
 
     def test_LinkOutOfTheRepository_Fails(self):
-        readme = README + "\nThe [design](../shared/DESIGN.md).\n"
+        readme = README + "\nThe [design](../outside/DESIGN.md).\n"
         self.files["README.md"] = readme
         rc, out = self.run_check()
         self.assertEqual(rc, 1, out)
-        self.assertIn(f"README.md:{line_of(readme, 'shared')}: link to ../shared/DESIGN.md: "
+        self.assertIn(f"README.md:{line_of(readme, 'outside')}: link to ../outside/DESIGN.md: "
                       f"outside the repository", out)
 
     def test_UndescribedRoom_FailsNamingItsLineInRoomsBzl(self):
         rooms = ROOMS_BZL.replace('    "ps",  # the parameter servers\n',
-                                  '    "ps",  # the parameter servers\n    "serving",  # models out\n')
+                                  '    "ps",  # the parameter servers\n'
+                                  '    "serving",  # models out\n')
         self.files["tools/rooms.bzl"] = rooms
         rc, out = self.run_check()
         self.assertEqual(rc, 1, out)
@@ -152,7 +153,8 @@ class CheckDocsTest(unittest.TestCase):
 
     def test_EveryProblemListed(self):
         self.files["docs/architecture.md"] = ARCHITECTURE + "\n[a](gone.md) [b](#nope)\n"
-        self.files["tools/rooms.bzl"] = ROOMS_BZL.replace('TOP = ["tools"]', 'TOP = ["tools", "bench"]')
+        self.files["tools/rooms.bzl"] = ROOMS_BZL.replace('TOP = ["tools"]',
+                                                          'TOP = ["tools", "bench"]')
         rc, out = self.run_check()
         self.assertEqual(rc, 1, out)
         self.assertIn("link to gone.md", out)
