@@ -15,9 +15,9 @@
 //                calls with N in flight; "sharded_variable" = ShardedVariable::Lookup /
 //                ApplyGradients, one at a time (the real client path: dedupe, route, copy back).
 //   sparse_push_sgd.*  the raw push again on a second table of the same shape with SGD: one row
-//                read and written per id (as ps-lite's summing push in ../shared/PERF_NOTES.md),
-//                where Adagrad reads and writes two (the row and its accumulator). A comparison,
-//                not a target.
+//                read and written per id (as ps-lite's summing push, which docs/benchmarks.md
+//                compares it with), where Adagrad reads and writes two (the row and its
+//                accumulator). A comparison, not a target.
 //   dense_pull.*, dense_push_assign.*, dense_push_sgd.*  a whole 1M-float variable per request:
 //                pull = Read of the whole shard (ShardedVariable::ReadAll); push = Update over the
 //                whole range, either ASSIGN (AssignAll) or APPLY_GRADIENT with SGD

@@ -1,7 +1,9 @@
-# The rooms of the repository, lowest first (../shared/DESIGN.md, "Rooms"): a room may use its own
-# code and the rooms listed before it, never those after it. The one place this order is kept:
-# tools/check_layering.py checks every #include against it (//tools:layering_test, in the suite),
-# and the root BUILD.bazel makes from it the visibility of each room's targets (room_package_groups).
+# The rooms of the repository, lowest first (docs/architecture.md, "Rooms, lowest first", says what
+# lives in each): a room may use its own code and the rooms listed before it, never those after it.
+# The one place this order is kept: tools/check_layering.py checks every #include against it
+# (//tools:layering_test, in the suite), the root BUILD.bazel makes from it the visibility of each
+# room's targets (room_package_groups), and tools/check_docs.py checks that a page of docs/
+# describes every room (//tools:docs_test).
 ROOMS = [
     "proto",  # the wire: service and checkpoint messages
     "common",  # status macros, logging, tensors, thread pool, CRC-32C, wire-format helpers
