@@ -56,6 +56,11 @@ constexpr int64_t kDefaultExportKeys = 65536;
 // saves.
 constexpr int64_t kMinParallelPositions = 4096;
 
+// Locks and the analysis: a stripe's fields are ABSL_GUARDED_BY its lock, and the code that runs
+// with every stripe locked (LockAll) asserts each stripe it touches (AssertHeld). The callbacks of
+// RecordTable::Walk, ForEachLive and ErasureLog::Since run under the lock their caller holds; the
+// analysis doesn't carry locks into lambdas, so they are marked ABSL_NO_THREAD_SAFETY_ANALYSIS.
+
 }  // namespace
 
 // What Choose decided: the positions to store (the admitted keys' positions, repeats included),
@@ -208,7 +213,7 @@ int64_t DynamicShard::StoreWalk(Stripe& s, const int64_t* keys, const uint64_t* 
   // One walk finds or stores each key: a key another request stored since this one looked (or
   // that repeats one stored just before) counts a sighting; an expired one is stored afresh.
   table.Walk(keys, hashes, positions, n, kHeaderBytes,
-             [&](int32_t p, uint64_t pos, char* record) __attribute__((always_inline)) {
+             [&](int32_t p, uint64_t pos, char* record) ABSL_NO_THREAD_SAFETY_ANALYSIS __attribute__((always_inline)) {
                if (record != nullptr) {
                  RecordHeader* h = Header(record);
                  if (!clock_.Expired(h->step)) {
@@ -358,7 +363,7 @@ void DynamicShard::ForEachStripe(const Groups& groups, ThreadPool* pool,
   for (int k = 0; k < num_busy; ++k) claimed[k].store(false, std::memory_order_relaxed);
   const int start = static_cast<int>(next_start_.fetch_add(1, std::memory_order_relaxed) %
                                      static_cast<uint32_t>(num_busy));
-  ParallelFor(pool, workers, [&](int64_t worker) {
+  ParallelFor(pool, workers, [&](int64_t worker) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     const int first = start + static_cast<int>(worker) * num_busy / workers;
     for (;;) {
       int chosen = -1;
@@ -420,7 +425,7 @@ int64_t DynamicShard::Find(const KeyBatch& batch, bool sighting, bool may_sweep,
     int64_t here = 0;
     table.Walk(batch.keys.data(), batch.hashes.data(), groups.of(stripe), groups.size(stripe),
                kHeaderBytes + rb,
-               [&](int32_t p, uint64_t pos, char* record) __attribute__((always_inline)) {
+               [&](int32_t p, uint64_t pos, char* record) ABSL_NO_THREAD_SAFETY_ANALYSIS __attribute__((always_inline)) {
                  if (record == nullptr) return;
                  RecordHeader* h = Header(record);
                  if (clock_.Expired(h->step)) {
@@ -551,7 +556,7 @@ void DynamicShard::Choose(const KeyBatch& batch, const std::vector<int32_t>& mis
     ErasureLog& erased = s.erased;
     table.Walk(keys, hashes, missing_by_stripe.of(stripe), missing_by_stripe.size(stripe),
                kHeaderBytes,
-               [&](int32_t p, uint64_t pos, char* record) __attribute__((always_inline)) {
+               [&](int32_t p, uint64_t pos, char* record) ABSL_NO_THREAD_SAFETY_ANALYSIS __attribute__((always_inline)) {
                  state[p] = 2;
                  if (record == nullptr) return;
                  RecordHeader* h = Header(record);
@@ -743,7 +748,7 @@ void DynamicShard::Erase(const KeyBatch& batch, const DynamicOpContext& ctx) {
     int64_t count = 0;
     table.Walk(batch.keys.data(), batch.hashes.data(), by_stripe.of(stripe),
                by_stripe.size(stripe), /*record_prefix=*/kHeaderBytes,
-               [&](int32_t /*p*/, uint64_t pos, char* record) __attribute__((always_inline)) {
+               [&](int32_t /*p*/, uint64_t pos, char* record) ABSL_NO_THREAD_SAFETY_ANALYSIS __attribute__((always_inline)) {
                  if (record == nullptr) return;
                  EraseAt(table, erased, pos, ctx);
                  ++count;
@@ -787,7 +792,7 @@ void DynamicShard::ApplyGradients(const UpdateOpView& op, const KeyBatch& batch,
     AssertHeld(s);
     s.table.Walk(batch.keys.data(), batch.hashes.data(), by_stripe.of(stripe),
                  by_stripe.size(stripe), record_bytes(),
-                 [&](int32_t p, uint64_t /*pos*/, char* record) __attribute__((always_inline)) {
+                 [&](int32_t p, uint64_t /*pos*/, char* record) ABSL_NO_THREAD_SAFETY_ANALYSIS __attribute__((always_inline)) {
                    if (grad[p] == nullptr) return;  // a repeat, summed into its first position
                    if (record == nullptr || clock_.Expired(Header(record)->step)) {
                      dropped_gradients_.fetch_add(1, std::memory_order_relaxed);
@@ -956,7 +961,11 @@ std::vector<int64_t> DynamicShard::ErasedSince(uint32_t since) const {
     absl::MutexLock lock(&s.mu);
     const RecordTable& table = s.table;
     s.erased.Since(
-        since, [&](int64_t key) { return table.Find(key, StripeHash(key)) != nullptr; }, &keys);
+        since,
+        [&](int64_t key) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          return table.Find(key, StripeHash(key)) != nullptr;
+        },
+        &keys);
   }
   std::sort(keys.begin(), keys.end());
   keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
