@@ -96,6 +96,7 @@ class GlooGroup final : public CollectiveGroup {
 
   ~GlooGroup() override {
     membership_.Stop();
+    absl::MutexLock lock(&mu_);
     context_.reset();  // closes this rank's connections: peers in a collective see it at once
   }
 
@@ -130,9 +131,9 @@ class GlooGroup final : public CollectiveGroup {
 
   absl::Status AllReduce(float* data, int64_t n, ReduceOp op) override {
     RETURN_IF_ERROR(CheckLength("all_reduce", n));
-    RETURN_IF_ERROR(Run("all_reduce", [&] {
+    RETURN_IF_ERROR(Run("all_reduce", [&](const std::shared_ptr<gloo::Context>& context) {
       if (options_.size == 1 || n == 0) return;
-      gloo::AllreduceOptions opts(context_);
+      gloo::AllreduceOptions opts(context);
       opts.setOutput(data, static_cast<size_t>(n));
       opts.setReduceFunction(&SumFloats);
       opts.setTimeout(ToMillis(options_.timeout));
@@ -149,9 +150,9 @@ class GlooGroup final : public CollectiveGroup {
 
   absl::Status Broadcast(float* data, int64_t n, int root) override {
     RETURN_IF_ERROR(CheckBroadcast(root, n, options_.size));
-    return Run("broadcast", [&] {
+    return Run("broadcast", [&](const std::shared_ptr<gloo::Context>& context) {
       if (options_.size == 1 || n == 0) return;
-      gloo::BroadcastOptions opts(context_);
+      gloo::BroadcastOptions opts(context);
       opts.setOutput(data, static_cast<size_t>(n));
       opts.setRoot(root);
       opts.setTimeout(ToMillis(options_.timeout));
@@ -169,9 +170,9 @@ class GlooGroup final : public CollectiveGroup {
   }
 
   absl::Status Barrier() override {
-    return Run("barrier", [&] {
+    return Run("barrier", [&](const std::shared_ptr<gloo::Context>& context) {
       if (options_.size == 1) return;
-      gloo::BarrierOptions opts(context_);
+      gloo::BarrierOptions opts(context);
       opts.setTimeout(ToMillis(options_.timeout));
       gloo::barrier(opts);
     });
@@ -185,7 +186,7 @@ class GlooGroup final : public CollectiveGroup {
 
   template <typename T>
   absl::Status Gather(absl::Span<const T> mine, std::vector<T>* all, std::vector<int64_t>* counts) {
-    return Run("all_gather", [&] {
+    return Run("all_gather", [&](const std::shared_ptr<gloo::Context>& context) {
       counts->assign(options_.size, 0);
       (*counts)[options_.rank] = static_cast<int64_t>(mine.size());
       if (options_.size == 1) {
@@ -193,7 +194,7 @@ class GlooGroup final : public CollectiveGroup {
         return;
       }
       int64_t my_count = static_cast<int64_t>(mine.size());
-      gloo::AllgatherOptions count_opts(context_);
+      gloo::AllgatherOptions count_opts(context);
       count_opts.setInput(&my_count, 1);
       count_opts.setOutput(counts->data(), counts->size());
       count_opts.setTimeout(ToMillis(options_.timeout));
@@ -210,7 +211,7 @@ class GlooGroup final : public CollectiveGroup {
       all->resize(total);
       if (total == 0) return;
       T empty{};
-      gloo::AllgathervOptions opts(context_);
+      gloo::AllgathervOptions opts(context);
       opts.setInput(mine.empty() ? &empty : const_cast<T*>(mine.data()), mine.size());
       opts.setOutput(all->data(), elements);
       opts.setTimeout(ToMillis(options_.timeout));
@@ -218,13 +219,14 @@ class GlooGroup final : public CollectiveGroup {
     });
   }
 
-  // Runs one collective, turning Gloo's exceptions into statuses (and breaking the group).
+  // Runs one collective, fn(context), turning Gloo's exceptions into statuses (and breaking the
+  // group). One at a time.
   template <typename Fn>
   absl::Status Run(const char* what, Fn&& fn) {
     absl::MutexLock op_lock(&op_mu_);
     RETURN_IF_ERROR(membership_.CheckWhole(what));
     try {
-      fn();
+      fn(Context());
       return absl::OkStatus();
     } catch (const std::exception& e) {
       return Fail(what, e.what());
@@ -242,11 +244,7 @@ class GlooGroup final : public CollectiveGroup {
   // The membership's break callback: every pair fails, which wakes a collective in flight and
   // closes the connection (so peers waiting on this rank fail too).
   void SignalPairs(const std::string& reason) {
-    std::shared_ptr<gloo::Context> context;
-    {
-      absl::MutexLock lock(&mu_);
-      context = context_;
-    }
+    const std::shared_ptr<gloo::Context> context = Context();
     if (context == nullptr) return;
     for (int r = 0; r < options_.size; ++r) {
       if (r == options_.rank) continue;
@@ -255,14 +253,20 @@ class GlooGroup final : public CollectiveGroup {
     }
   }
 
+  // The connections, or null (a group of one, or before Init).
+  std::shared_ptr<gloo::Context> Context() {
+    absl::MutexLock lock(&mu_);
+    return context_;
+  }
+
   // Its break callback (SignalPairs) reads mu_ and context_: the destructor stops it first.
   GroupMembership membership_;
   const CollectiveGroupOptions& options_;  // membership_'s, with the name filled in
-  absl::Mutex op_mu_;  // one collective at a time
+  absl::Mutex op_mu_;  // one collective at a time (Run)
   absl::Mutex mu_;
-  // Null for a group of one. Set once by Init (under mu_, as the break callback reads it from
-  // other threads); the collectives, which start after Init, read it without the lock.
-  std::shared_ptr<gloo::Context> context_;
+  // Null for a group of one. Set once by Init; read by the collectives and by the break callback
+  // (from the membership's threads), each taking a reference under mu_ (Context()).
+  std::shared_ptr<gloo::Context> context_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace
