@@ -3,13 +3,15 @@
 # counted from the test cases' results. Exit code non-zero on any failure.
 #
 #   bash tools/test.sh                 # what CI runs: every stage below, in order
-#   bash tools/test.sh --stage=suite   # one stage (suite, asan, tsan or fuzz); may repeat
+#   bash tools/test.sh --stage=suite   # one stage (suite, asan, tsan, threadsafety or fuzz); may repeat
 #   bash tools/test.sh --config=asan //ps/...   # anything else: `bazel test` with these arguments
 #
 # Stages: suite: `bazel test //...`; asan: the same under ASan + UBSan (--config=asan);
 # tsan: the ps, collective, worker, coordinator and cluster tests under ThreadSanitizer (--config=tsan);
-# fuzz: every fuzz target for PSTRAIN_FUZZ_SECONDS (default 20) from its seeds (tools/fuzz.sh),
-# counted as one test case per target.
+# threadsafety: every target built by clang-14 with its thread-safety analysis as errors
+# (--config=threadsafety: the ABSL_GUARDED_BY and ABSL_EXCLUSIVE_LOCKS_REQUIRED annotations checked),
+# counted as one test case; fuzz: every fuzz target for PSTRAIN_FUZZ_SECONDS (default 20) from its
+# seeds (tools/fuzz.sh), counted as one test case per target.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,14 +26,14 @@ bazel_args=()
 for arg in "$@"; do
   case "$arg" in
     --stage=*) stages+=("${arg#--stage=}") ;;
-    -h|--help) sed -n 2,12p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,14p "$0"; exit 0 ;;
     *) bazel_args+=("$arg") ;;
   esac
 done
 if (( ${#bazel_args[@]} > 0 && ${#stages[@]} == 0 )); then
   stages=(custom)
 elif (( ${#stages[@]} == 0 )); then
-  stages=(suite asan tsan fuzz)
+  stages=(suite asan tsan threadsafety fuzz)
 fi
 
 bash tools/setup.sh
@@ -79,14 +81,50 @@ run_fuzz() {
   if (( rc != 0 || failed != 0 )); then failed_stages+=(fuzz); fi
 }
 
+# Every target, built by clang with -Wthread-safety -Werror=thread-safety, in its own output tree
+# (as fuzzing: changing the compiler would rebuild the normal tree). The patterns name the tracked
+# packages' top folders, not `//...`: that would walk the bazel-* links into the normal tree.
+run_threadsafety() {
+  local log=/tmp/pstrain-test-threadsafety.log
+  local started=$SECONDS
+  local output_base="${PSTRAIN_TS_OUTPUT_BASE:-$HOME/.cache/pstrain-threadsafety-bazel/$(pwd | md5sum | cut -c1-12)}"
+  local patterns=(//:all)
+  local top
+  for top in $(git ls-files '*/BUILD.bazel' | cut -d/ -f1 | sort -u); do patterns+=("//$top/..."); done
+  echo "test: [threadsafety] clang-14 -Wthread-safety -Werror=thread-safety over ${#patterns[@]} patterns"
+  bazel --output_base="$output_base" build --config=threadsafety --symlink_prefix=/ --keep_going \
+    -- "${patterns[@]}" 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  # The CUDA build's host files (this build is CPU-only: nvcc's host compiler is gcc), where the
+  # toolkit is installed: the same analysis, syntax only.
+  if [[ -f /usr/local/cuda/include/nccl.h ]]; then
+    local bin f
+    bin="$(bazel --output_base="$output_base" info --config=threadsafety bazel-bin 2>/dev/null)"
+    for f in worker/device/cuda_device.cc worker/device/replicas.cc collective/nccl_group.cc; do
+      echo "test: [threadsafety] $f (CUDA host code, -fsyntax-only)"
+      clang++-14 -std=c++17 -fsyntax-only -Wthread-safety -Werror=thread-safety -I. -I"$bin" \
+        -I/usr/local/cuda/include "$f" 2>&1 | tee -a "$log"
+      if (( PIPESTATUS[0] != 0 )); then rc=1; fi
+    done
+  fi
+  local findings passed=0 failed=0
+  findings=$(grep -c 'error: .*\[-Werror,-Wthread-safety' "$log")
+  if (( rc == 0 )); then passed=1; else failed=$(( findings > 0 ? findings : 1 )); fi
+  echo "test: [threadsafety] ${findings} findings, build rc ${rc}, in $((SECONDS - started)) s"
+  total_passed=$((total_passed + passed))
+  total_failed=$((total_failed + failed))
+  if (( rc != 0 )); then failed_stages+=(threadsafety); fi
+}
+
 for stage in "${stages[@]}"; do
   case "$stage" in
     suite) run_bazel_test suite //... ;;
     asan) run_bazel_test asan --config=asan //... ;;
     tsan) run_bazel_test tsan --config=tsan "${TSAN_TARGETS[@]}" ;;
+    threadsafety) run_threadsafety ;;
     fuzz) run_fuzz ;;
     custom) run_bazel_test custom "${bazel_args[@]}" ;;
-    *) echo "test: unknown stage '$stage' (suite, asan, tsan, fuzz)" >&2; exit 2 ;;
+    *) echo "test: unknown stage '$stage' (suite, asan, tsan, threadsafety, fuzz)" >&2; exit 2 ;;
   esac
 done
 
