@@ -299,7 +299,8 @@ absl::StatusOr<Timed> RunBaseline(LocalCtrTrainer* trainer, int threads, int64_t
 absl::StatusOr<Timed> RunCluster(int workers, int ps, int64_t warmup, int64_t steps) {
   auto registry = std::make_shared<ClosureRegistry>();
   if (absl::Status s = RegisterBuiltinClosures(registry.get()); !s.ok()) return s;
-  if (absl::Status s = RegisterFlightsCtr(registry.get()); !s.ok()) return s;
+  absl::Status registered = RegisterFlightsCtr(registry.get(), std::make_shared<ReplicaGroups>());
+  if (!registered.ok()) return registered;
   InProcessClusterOptions cluster_options;
   cluster_options.num_workers = workers;
   cluster_options.num_ps = ps;

@@ -497,7 +497,8 @@ class FashionMnistCnn final : public Model {
 // once (0: no limit) (int64), the validation fraction (float), the validation directory (string),
 // the devices (DeviceArgs), then the network's height, width, channels, filters, kernel, pool,
 // hidden units and classes (int64).
-absl::StatusOr<std::unique_ptr<Dataset>> MakeResource(absl::Span<const Tensor> args) {
+absl::StatusOr<std::unique_ptr<Dataset>> MakeResource(absl::Span<const Tensor> args,
+                                                      ReplicaGroups* replica_groups) {
   ASSIGN_OR_RETURN(std::string dir, StringArg(args, 0, kData));
   ASSIGN_OR_RETURN(int64_t seed, IntArg(args, 1, kData));
   ASSIGN_OR_RETURN(int64_t batch_size, IntArg(args, 2, kData));
@@ -555,7 +556,7 @@ absl::StatusOr<std::unique_ptr<Dataset>> MakeResource(absl::Span<const Tensor> a
   if (train.size() == 0) {
     return absl::InvalidArgumentError(absl::StrCat(kData, ": no training examples"));
   }
-  ASSIGN_OR_RETURN(ReplicaGroup * replicas, WorkerReplicaGroup(devices));
+  ASSIGN_OR_RETURN(ReplicaGroup * replicas, replica_groups->Get(devices));
   return std::unique_ptr<Dataset>(new CnnResource(
       std::move(train), std::move(validation), std::move(test), std::move(net), replicas,
       batch_size, static_cast<uint64_t>(seed), steps_at_once));
@@ -563,14 +564,15 @@ absl::StatusOr<std::unique_ptr<Dataset>> MakeResource(absl::Span<const Tensor> a
 
 }  // namespace
 
-absl::Status RegisterFashionMnistCnn(ClosureRegistry* registry) {
+absl::Status RegisterFashionMnistCnn(ClosureRegistry* registry,
+                                     std::shared_ptr<ReplicaGroups> replica_groups) {
   RETURN_IF_ERROR(registry->RegisterClosure(kTrain, TrainStep));
   RETURN_IF_ERROR(registry->RegisterClosure(kEval, EvalChunk));
   return registry->RegisterDataset(
       kData,
-      [](int /*worker_index*/, int /*num_workers*/,
-         absl::Span<const Tensor> args) -> absl::StatusOr<std::unique_ptr<Dataset>> {
-        return MakeResource(args);
+      [replica_groups](int /*worker_index*/, int /*num_workers*/,
+                       absl::Span<const Tensor> args) -> absl::StatusOr<std::unique_ptr<Dataset>> {
+        return MakeResource(args, replica_groups.get());
       });
 }
 

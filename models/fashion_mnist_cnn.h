@@ -48,6 +48,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "models/devices.h"
 #include "models/model.h"
 #include "worker/closure_registry.h"
 
@@ -57,7 +58,8 @@ inline constexpr char kFashionMnistCnnModel[] = "fashion_mnist_cnn";
 
 // The worker side: closures "fashion_mnist_cnn/train" and "fashion_mnist_cnn/eval", dataset
 // "fashion_mnist_cnn/data" (each worker reads the IDX files itself).
-absl::Status RegisterFashionMnistCnn(ClosureRegistry* registry);
+absl::Status RegisterFashionMnistCnn(ClosureRegistry* registry,
+                                     std::shared_ptr<ReplicaGroups> replica_groups);
 
 // The coordinator side. Errors: kInvalidArgument for bad options (naming them).
 absl::StatusOr<std::unique_ptr<Model>> CreateFashionMnistCnn(const ModelOptions& options);

@@ -128,7 +128,7 @@ class FashionMnistCnnTrainTest : public ::testing::Test {
   // An in-process cluster whose workers run this model's closures, and its coordinator.
   void StartCluster(int workers, int ps) {
     auto registry = std::make_shared<ClosureRegistry>();
-    ASSERT_TRUE(RegisterFashionMnistCnn(registry.get()).ok());
+    ASSERT_TRUE(RegisterFashionMnistCnn(registry.get(), std::make_shared<ReplicaGroups>()).ok());
     InProcessClusterOptions options;
     options.num_workers = workers;
     options.num_ps = ps;

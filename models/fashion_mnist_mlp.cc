@@ -633,7 +633,8 @@ absl::StatusOr<std::vector<int64_t>> ParseHidden(const std::string& text) {
 
 }  // namespace
 
-absl::Status RegisterFashionMnistMlp(ClosureRegistry* registry) {
+absl::Status RegisterFashionMnistMlp(ClosureRegistry* registry,
+                                     std::shared_ptr<ReplicaGroups> replica_groups) {
   RETURN_IF_ERROR(registry->RegisterClosure(kTrain, TrainStep));
   RETURN_IF_ERROR(registry->RegisterClosure(kEval, EvalChunk));
   // Args: string data directory, int64 seed, batch size, training steps at once (0: no limit),
@@ -641,7 +642,7 @@ absl::Status RegisterFashionMnistMlp(ClosureRegistry* registry) {
   // network's widths.
   return registry->RegisterDataset(
       kData,
-      [](int /*worker_index*/, int /*num_workers*/,
+      [replica_groups](int /*worker_index*/, int /*num_workers*/,
          absl::Span<const Tensor> args) -> absl::StatusOr<std::unique_ptr<Dataset>> {
         ASSIGN_OR_RETURN(std::string dir, StringArg(args, 0, kData));
         ASSIGN_OR_RETURN(int64_t seed, IntArg(args, 1, kData));
@@ -686,7 +687,7 @@ absl::Status RegisterFashionMnistMlp(ClosureRegistry* registry) {
         if (train.size() == 0) {
           return absl::InvalidArgumentError(absl::StrCat(kData, ": no training examples"));
         }
-        ASSIGN_OR_RETURN(ReplicaGroup * replicas, WorkerReplicaGroup(devices));
+        ASSIGN_OR_RETURN(ReplicaGroup * replicas, replica_groups->Get(devices));
         return std::unique_ptr<Dataset>(new FashionResource(
             std::move(train), std::move(validation), std::move(test), std::move(mlp), replicas,
             batch_size,

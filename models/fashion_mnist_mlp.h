@@ -41,6 +41,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "models/devices.h"
 #include "models/model.h"
 #include "worker/closure_registry.h"
 
@@ -50,7 +51,8 @@ inline constexpr char kFashionMnistMlpModel[] = "fashion_mnist_mlp";
 
 // The worker side: closures "fashion_mnist_mlp/train" and "fashion_mnist_mlp/eval", dataset
 // "fashion_mnist_mlp/data" (each worker reads the IDX files itself).
-absl::Status RegisterFashionMnistMlp(ClosureRegistry* registry);
+absl::Status RegisterFashionMnistMlp(ClosureRegistry* registry,
+                                     std::shared_ptr<ReplicaGroups> replica_groups);
 
 // The coordinator side. Errors: kInvalidArgument for bad options (naming them).
 absl::StatusOr<std::unique_ptr<Model>> CreateFashionMnistMlp(const ModelOptions& options);

@@ -69,10 +69,11 @@ class CtrKeying {
 // creation (EpochBatches locks itself), so closures share it.
 class FlightsResource : public Dataset {
  public:
-  FlightsResource(FlightsData data, ReplicaGroup* replicas, int64_t batch_size, uint64_t seed,
-                  CtrKeying keying)
+  FlightsResource(FlightsData data, ReplicaGroup* replicas, Device* host, int64_t batch_size,
+                  uint64_t seed, CtrKeying keying)
       : data_(std::move(data)),
         replicas_(replicas),
+        host_(host),
         batches_(static_cast<int64_t>(data_.train.size()), batch_size, seed),
         keying_(std::move(keying)) {}
 
@@ -99,12 +100,15 @@ class FlightsResource : public Dataset {
   const FlightsData& data() const { return data_; }
   // Where the steps compute (models/devices.h).
   ReplicaGroup* replicas() const { return replicas_; }
+  // The CPU, where the ids are deduplicated.
+  Device* host() const { return host_; }
   EpochBatches& batches() { return batches_; }
   const CtrKeying& keying() const { return keying_; }
 
  private:
   const FlightsData data_;
   ReplicaGroup* const replicas_;
+  Device* const host_;
   EpochBatches batches_;
   const CtrKeying keying_;
   absl::Mutex mu_;
@@ -158,17 +162,13 @@ struct Pulled {
   }
 };
 
-// Dedupes the ids on the host, where the pull needs them.
-Device* HostDevice() {
-  static Device* const device = CreateCpuDevice()->release();  // stateless, shared by closures
-  return device;
-}
-
 // Keys (or hashes) and dedupes flights[rows], then pulls their rows and every dense weight: one
 // lookup request per ps. `step`: the global step of a training pull (dynamic tables store the keys
-// they lack then), 0 for evaluation.
-absl::Status Pull(const CtrVars& v, const CtrKeying& res, absl::Span<const Flight> flights,
-                  absl::Span<const int64_t> rows, int64_t step, Pulled* p) {
+// they lack then), 0 for evaluation. The ids are deduplicated on `host` (a CPU device), where the
+// pull needs them.
+absl::Status Pull(const CtrVars& v, const CtrKeying& res, Device* host,
+                  absl::Span<const Flight> flights, absl::Span<const int64_t> rows, int64_t step,
+                  Pulled* p) {
   const int64_t n = static_cast<int64_t>(rows.size());
   const CtrNetShape& shape = res.shape();
   const int64_t f = shape.features;
@@ -179,7 +179,7 @@ absl::Status Pull(const CtrVars& v, const CtrKeying& res, absl::Span<const Fligh
   p->unique.resize(n * f);
   p->index.resize(n * f);
   ASSIGN_OR_RETURN(p->num_unique,
-                   HostDevice()->Unique(n * f, p->ids.data(), p->unique.data(), p->index.data()));
+                   host->Unique(n * f, p->ids.data(), p->unique.data(), p->index.data()));
   const auto unique = absl::MakeConstSpan(p->unique.data(), static_cast<size_t>(p->num_unique));
   p->emb.resize(p->num_unique * shape.dim);
   p->lr.resize(p->num_unique);
@@ -223,7 +223,7 @@ absl::StatusOr<std::vector<Tensor>> TrainStep(ClosureContext& ctx, absl::Span<co
       ReplicaShare(res->batches().Batch(step), ctx.replica_index, ctx.num_replicas);
   Pulled p;
   const int64_t global_step = step + 1;  // 1-based: 0 means "no step" to a dynamic table
-  RETURN_IF_ERROR(Pull(v, res->keying(), res->data().train, rows, global_step, &p));
+  RETURN_IF_ERROR(Pull(v, res->keying(), res->host(), res->data().train, rows, global_step, &p));
   std::vector<float> grads;
   float loss = 0, lr_loss = 0;
   RETURN_IF_ERROR(CtrReplicatedStep(res->replicas(), res->keying().shape(), p.batch(),
@@ -284,7 +284,7 @@ absl::StatusOr<std::vector<Tensor>> EvalChunk(ClosureContext& ctx, absl::Span<co
   std::vector<int64_t> rows(end - begin);
   std::iota(rows.begin(), rows.end(), begin);
   Pulled p;
-  RETURN_IF_ERROR(Pull(v, res->keying(), test, rows, /*step=*/0, &p));
+  RETURN_IF_ERROR(Pull(v, res->keying(), res->host(), test, rows, /*step=*/0, &p));
   std::vector<float> logits, lr_logits;
   RETURN_IF_ERROR(CtrReplicatedForward(res->replicas(), res->keying().shape(), p.batch(),
                                        p.dense.params(), &logits, &lr_logits));
@@ -612,13 +612,14 @@ std::vector<TableSpec> FlightsCtrTables(const FlightsCtrConfig& c) {
   return {emb, lr};
 }
 
-absl::Status RegisterFlightsCtr(ClosureRegistry* registry) {
+absl::Status RegisterFlightsCtr(ClosureRegistry* registry,
+                                std::shared_ptr<ReplicaGroups> replica_groups) {
   RETURN_IF_ERROR(registry->RegisterClosure(kTrain, TrainStep));
   RETURN_IF_ERROR(registry->RegisterClosure(kEval, EvalChunk));
   return registry->RegisterDataset(
       kData,
-      [](int /*worker_index*/, int /*num_workers*/,
-         absl::Span<const Tensor> args) -> absl::StatusOr<std::unique_ptr<Dataset>> {
+      [replica_groups](int /*worker_index*/, int /*num_workers*/,
+                       absl::Span<const Tensor> args) -> absl::StatusOr<std::unique_ptr<Dataset>> {
         FlightsOptions options;
         ASSIGN_OR_RETURN(options.path, StringArg(args, 0, kData));
         ASSIGN_OR_RETURN(int64_t test_from_month, IntArg(args, 1, kData));
@@ -644,10 +645,11 @@ absl::Status RegisterFlightsCtr(ClosureRegistry* registry) {
         options.test_from_month = static_cast<int>(test_from_month);
         options.delay_threshold = static_cast<int>(delay_threshold);
         ASSIGN_OR_RETURN(FlightsData data, LoadFlights(options));
-        ASSIGN_OR_RETURN(ReplicaGroup * replicas, WorkerReplicaGroup(devices));
-        return std::unique_ptr<Dataset>(
-            new FlightsResource(std::move(data), replicas, batch_size, static_cast<uint64_t>(seed),
-                                CtrKeying(std::move(features), hash_rows, dynamic != 0, shape)));
+        ASSIGN_OR_RETURN(ReplicaGroup * replicas, replica_groups->Get(devices));
+        ASSIGN_OR_RETURN(Device * host, replica_groups->Cpu());
+        return std::unique_ptr<Dataset>(new FlightsResource(
+            std::move(data), replicas, host, batch_size, static_cast<uint64_t>(seed),
+            CtrKeying(std::move(features), hash_rows, dynamic != 0, shape)));
       });
 }
 
@@ -659,11 +661,14 @@ absl::StatusOr<std::unique_ptr<Model>> CreateFlightsCtr(const ModelOptions& opti
 namespace {
 
 // Predicts from the flights' fields: the training step's keys and lookups (an evaluation lookup:
-// unseen keys read the default row), its forward pass on one CPU replica.
+// unseen keys read the default row), its forward pass on one CPU replica (its own group).
 class FlightsServingHead final : public ServingHead {
  public:
-  FlightsServingHead(CtrKeying keying, std::vector<bool> known_days, ReplicaGroup* replicas)
-      : keying_(std::move(keying)), known_days_(std::move(known_days)), replicas_(replicas) {}
+  FlightsServingHead(CtrKeying keying, std::vector<bool> known_days,
+                     std::unique_ptr<ReplicaGroup> replicas)
+      : keying_(std::move(keying)),
+        known_days_(std::move(known_days)),
+        replicas_(std::move(replicas)) {}
 
   std::vector<std::string> columns() const override {
     return {"date", "distance", "origin", "destination"};
@@ -706,9 +711,9 @@ class FlightsServingHead final : public ServingHead {
     std::vector<int64_t> rows(n);
     std::iota(rows.begin(), rows.end(), int64_t{0});
     Pulled p;
-    RETURN_IF_ERROR(Pull(v, keying_, flights, rows, /*step=*/0, &p));
+    RETURN_IF_ERROR(Pull(v, keying_, replicas_->device(0), flights, rows, /*step=*/0, &p));
     std::vector<float> logits, lr_logits;
-    RETURN_IF_ERROR(CtrReplicatedForward(replicas_, keying_.shape(), p.batch(), p.dense.params(),
+    RETURN_IF_ERROR(CtrReplicatedForward(replicas_.get(), keying_.shape(), p.batch(), p.dense.params(),
                                          &logits, &lr_logits));
     out->resize(n);
     for (int64_t i = 0; i < n; ++i) (*out)[i] = 1.0f / (1.0f + std::exp(-logits[i]));
@@ -718,7 +723,7 @@ class FlightsServingHead final : public ServingHead {
  private:
   const CtrKeying keying_;
   const std::vector<bool> known_days_;
-  ReplicaGroup* const replicas_;
+  const std::unique_ptr<ReplicaGroup> replicas_;
 };
 
 }  // namespace
@@ -756,13 +761,13 @@ absl::StatusOr<std::unique_ptr<ServingHead>> CreateFlightsCtrServingHead(
     }
     known[d.get<int64_t>()] = true;
   }
-  WorkerDevices cpu;
+  ReplicaGroupOptions cpu;
   cpu.kind = DeviceOptions::Kind::kCpu;
-  cpu.replicas = 1;
-  ASSIGN_OR_RETURN(ReplicaGroup * replicas, WorkerReplicaGroup(cpu));
+  cpu.num_replicas = 1;
+  ASSIGN_OR_RETURN(std::unique_ptr<ReplicaGroup> replicas, ReplicaGroup::Create(cpu));
   return std::unique_ptr<ServingHead>(new FlightsServingHead(
       CtrKeying(std::move(features), hash_rows, j["dynamic"].get<bool>(), shape), std::move(known),
-      replicas));
+      std::move(replicas)));
 }
 
 }  // namespace pstrain

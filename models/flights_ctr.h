@@ -62,6 +62,7 @@
 #include "coordinator/variable_creator.h"
 #include "models/ctr_net.h"
 #include "models/flights_data.h"
+#include "models/devices.h"
 #include "models/model.h"
 #include "models/serving_head.h"
 #include "worker/closure_registry.h"
@@ -119,7 +120,8 @@ std::vector<VariableSpec> FlightsCtrVariables(const FlightsCtrConfig& config, in
 std::vector<TableSpec> FlightsCtrTables(const FlightsCtrConfig& config);
 
 // The worker side: closures "flights_ctr/train" and "flights_ctr/eval", dataset "flights_ctr/data".
-absl::Status RegisterFlightsCtr(ClosureRegistry* registry);
+absl::Status RegisterFlightsCtr(ClosureRegistry* registry,
+                                std::shared_ptr<ReplicaGroups> replica_groups);
 
 // The coordinator side. Errors: as FlightsCtrConfigFromOptions.
 absl::StatusOr<std::unique_ptr<Model>> CreateFlightsCtr(const ModelOptions& options);

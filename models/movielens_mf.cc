@@ -29,9 +29,10 @@ constexpr char kItemBias[] = "mf/item_bias";
 // after creation, so closures share it.
 class RatingsResource : public Dataset {
  public:
-  RatingsResource(RatingsData data, int64_t batch_size, uint64_t seed, double l2, double bias_l2,
-                  double reg_power, int64_t dim, bool dynamic)
+  RatingsResource(RatingsData data, Device* device, int64_t batch_size, uint64_t seed, double l2,
+                  double bias_l2, double reg_power, int64_t dim, bool dynamic)
       : data_(std::move(data)),
+        device_(device),
         batches_(static_cast<int64_t>(data_.train.size()), batch_size, seed),
         l2_(l2),
         bias_l2_(bias_l2),
@@ -63,6 +64,8 @@ class RatingsResource : public Dataset {
   bool shared() const override { return true; }
 
   const RatingsData& data() const { return data_; }
+  // The CPU, where the steps compute.
+  Device* device() const { return device_; }
   // tables=dynamic: the tables are keyed by the raw ids' keys.
   bool dynamic() const { return dynamic_; }
   EpochBatches& batches() { return batches_; }
@@ -79,6 +82,7 @@ class RatingsResource : public Dataset {
 
  private:
   const RatingsData data_;
+  Device* const device_;
   EpochBatches batches_;
   const double l2_;
   const double bias_l2_;
@@ -176,12 +180,6 @@ absl::Status RunForward(const Tables& t, const Ratings& ratings, absl::Span<cons
   return absl::OkStatus();
 }
 
-// One closure's view of its worker: the device it computes on.
-Device* CpuDevice() {
-  static Device* const device = CreateCpuDevice()->release();  // stateless, shared by closures
-  return device;
-}
-
 absl::StatusOr<std::vector<Tensor>> TrainStep(ClosureContext& ctx, absl::Span<const Tensor> args) {
   ASSIGN_OR_RETURN(int64_t step, IntArg(args, 0, kTrain));
   if (ctx.datasets.size() != 1) {
@@ -194,7 +192,7 @@ absl::StatusOr<std::vector<Tensor>> TrainStep(ClosureContext& ctx, absl::Span<co
   const std::vector<int64_t> rows =
       ReplicaShare(res->batches().Batch(step), ctx.replica_index, ctx.num_replicas);
   const Ratings& train = res->data().train;
-  Device* device = CpuDevice();
+  Device* device = res->device();
   Forward f;
   const int64_t global_step = step + 1;  // 1-based: 0 means "no step" to a dynamic table
   RETURN_IF_ERROR(RunForward(t, train, rows, dim, res->data().train_mean, res->dynamic(),
@@ -263,7 +261,7 @@ absl::StatusOr<std::vector<Tensor>> EvalChunk(ClosureContext& ctx, absl::Span<co
   for (int64_t k = begin; k < end; ++k) rows[k - begin] = k;
   Forward f;
   RETURN_IF_ERROR(RunForward(t, ratings, rows, res->dim(), res->data().train_mean, res->dynamic(),
-                             /*step=*/0, CpuDevice(), &f));
+                             /*step=*/0, res->device(), &f));
   double sse = 0;
   for (int64_t k = 0; k < end - begin; ++k) {
     const double e = res->Clip(f.pred[k]) - ratings.rating[begin + k];
@@ -463,13 +461,14 @@ class MatrixFactorization final : public Model {
 
 }  // namespace
 
-absl::Status RegisterMatrixFactorization(ClosureRegistry* registry) {
+absl::Status RegisterMatrixFactorization(ClosureRegistry* registry,
+                                         std::shared_ptr<ReplicaGroups> replica_groups) {
   RETURN_IF_ERROR(registry->RegisterClosure(kTrain, TrainStep));
   RETURN_IF_ERROR(registry->RegisterClosure(kEval, EvalChunk));
   return registry->RegisterDataset(
       kData,
-      [](int /*worker_index*/, int /*num_workers*/,
-         absl::Span<const Tensor> args) -> absl::StatusOr<std::unique_ptr<Dataset>> {
+      [replica_groups](int /*worker_index*/, int /*num_workers*/,
+                       absl::Span<const Tensor> args) -> absl::StatusOr<std::unique_ptr<Dataset>> {
         RatingsOptions options;
         ASSIGN_OR_RETURN(options.path, StringArg(args, 0, kData));
         ASSIGN_OR_RETURN(options.user_col, StringArg(args, 1, kData));
@@ -486,7 +485,8 @@ absl::Status RegisterMatrixFactorization(ClosureRegistry* registry) {
         ASSIGN_OR_RETURN(options.validation_fraction, FloatArg(args, 11, kData));
         ASSIGN_OR_RETURN(options.validation_path, StringArg(args, 12, kData));
         ASSIGN_OR_RETURN(RatingsData data, LoadRatings(options));
-        return std::unique_ptr<Dataset>(new RatingsResource(std::move(data), batch_size,
+        ASSIGN_OR_RETURN(Device * device, replica_groups->Cpu());
+        return std::unique_ptr<Dataset>(new RatingsResource(std::move(data), device, batch_size,
                                                             options.seed, l2, bias_l2, reg_power,
                                                             dim, dynamic != 0));
       });

@@ -23,6 +23,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "models/devices.h"
 #include "models/model.h"
 #include "worker/closure_registry.h"
 
@@ -32,7 +33,8 @@ inline constexpr char kMatrixFactorizationModel[] = "movielens_mf";
 
 // The worker side: closures "movielens_mf/train" and "movielens_mf/eval", dataset
 // "movielens_mf/data".
-absl::Status RegisterMatrixFactorization(ClosureRegistry* registry);
+absl::Status RegisterMatrixFactorization(ClosureRegistry* registry,
+                                         std::shared_ptr<ReplicaGroups> replica_groups);
 
 // The coordinator side. Errors: kInvalidArgument for bad options (naming them).
 absl::StatusOr<std::unique_ptr<Model>> CreateMatrixFactorization(const ModelOptions& options);

@@ -1,6 +1,7 @@
 #include "models/registry.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -13,19 +14,21 @@
 
 namespace pstrain {
 
-absl::Status RegisterModelClosures(ClosureRegistry* registry) {
-  RETURN_IF_ERROR(RegisterMatrixFactorization(registry));
-  RETURN_IF_ERROR(RegisterFashionMnistMlp(registry));
-  RETURN_IF_ERROR(RegisterFashionMnistCnn(registry));
-  RETURN_IF_ERROR(RegisterFlightsCtr(registry));
-  RETURN_IF_ERROR(RegisterTabular(registry));
+absl::Status RegisterModelClosures(ClosureRegistry* registry,
+                                   std::shared_ptr<ReplicaGroups> replica_groups) {
+  RETURN_IF_ERROR(RegisterMatrixFactorization(registry, replica_groups));
+  RETURN_IF_ERROR(RegisterFashionMnistMlp(registry, replica_groups));
+  RETURN_IF_ERROR(RegisterFashionMnistCnn(registry, replica_groups));
+  RETURN_IF_ERROR(RegisterFlightsCtr(registry, replica_groups));
+  RETURN_IF_ERROR(RegisterTabular(registry, std::move(replica_groups)));
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<const ClosureRegistry>> TrainingRegistry() {
+absl::StatusOr<std::shared_ptr<const ClosureRegistry>> TrainingRegistry(
+    std::shared_ptr<ReplicaGroups> replica_groups) {
   auto registry = std::make_shared<ClosureRegistry>();
   RETURN_IF_ERROR(RegisterBuiltinClosures(registry.get()));
-  RETURN_IF_ERROR(RegisterModelClosures(registry.get()));
+  RETURN_IF_ERROR(RegisterModelClosures(registry.get(), std::move(replica_groups)));
   return std::shared_ptr<const ClosureRegistry>(std::move(registry));
 }
 

@@ -30,7 +30,7 @@ std::string TempDir() {
 std::shared_ptr<const ClosureRegistry> Registry() {
   auto registry = std::make_shared<ClosureRegistry>();
   EXPECT_TRUE(RegisterBuiltinClosures(registry.get()).ok());
-  EXPECT_TRUE(RegisterFashionMnistMlp(registry.get()).ok());
+  EXPECT_TRUE(RegisterFashionMnistMlp(registry.get(), std::make_shared<ReplicaGroups>()).ok());
   return registry;
 }
 

@@ -50,7 +50,7 @@ std::string WriteToyFlights(int rows) {
 std::shared_ptr<const ClosureRegistry> Registry() {
   auto registry = std::make_shared<ClosureRegistry>();
   EXPECT_TRUE(RegisterBuiltinClosures(registry.get()).ok());
-  EXPECT_TRUE(RegisterFlightsCtr(registry.get()).ok());
+  EXPECT_TRUE(RegisterFlightsCtr(registry.get(), std::make_shared<ReplicaGroups>()).ok());
   return registry;
 }
 

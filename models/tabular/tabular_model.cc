@@ -86,8 +86,10 @@ std::vector<float> PriorLogits(Task task, const tabular::Stats& stats) {
 // Everything a worker needs: the spec, the plan, its stream, and where it computes. Thread-safe.
 class TabularResource : public Dataset {
  public:
+  // The replica group comes from `replica_groups`.
   static absl::StatusOr<std::unique_ptr<TabularResource>> Create(int worker,
-                                                                 const nlohmann::json& job) {
+                                                                 const nlohmann::json& job,
+                                                                 ReplicaGroups* replica_groups) {
     std::unique_ptr<TabularResource> r(new TabularResource);
     if (!job.is_object() || !job.value("spec", nlohmann::json()).is_string() ||
         !job.value("spec_path", nlohmann::json()).is_string() || !job.contains("plan")) {
@@ -127,7 +129,7 @@ class TabularResource : public Dataset {
     WorkerDevices devices;
     devices.kind = static_cast<DeviceOptions::Kind>(job.value("device_kind", 0));
     devices.replicas = 1;
-    ASSIGN_OR_RETURN(ReplicaGroup * group, WorkerReplicaGroup(devices));
+    ASSIGN_OR_RETURN(ReplicaGroup * group, replica_groups->Get(devices));
     r->device_ = group->device(0);
     r->prior_ = PriorLogits(r->spec_.label.task, r->plan_.stats);
     return r;
@@ -869,20 +871,21 @@ class TabularModel final : public Model {
 
 }  // namespace
 
-absl::Status RegisterTabular(ClosureRegistry* registry) {
+absl::Status RegisterTabular(ClosureRegistry* registry,
+                             std::shared_ptr<ReplicaGroups> replica_groups) {
   RETURN_IF_ERROR(registry->RegisterClosure(kTrain, TrainStep));
   RETURN_IF_ERROR(registry->RegisterClosure(kEval, EvalChunk));
   return registry->RegisterDataset(
       kData,
-      [](int worker_index, int /*num_workers*/,
-         absl::Span<const Tensor> args) -> absl::StatusOr<std::unique_ptr<Dataset>> {
+      [replica_groups](int worker_index, int /*num_workers*/,
+                       absl::Span<const Tensor> args) -> absl::StatusOr<std::unique_ptr<Dataset>> {
         ASSIGN_OR_RETURN(std::string text, StringArg(args, 0, kData));
         absl::StatusOr<nlohmann::json> job = ParseJson(text);
         if (!job.ok()) {
           return absl::InvalidArgumentError(absl::StrCat(kData, ": ", job.status().message()));
         }
         ASSIGN_OR_RETURN(std::unique_ptr<TabularResource> r,
-                         TabularResource::Create(worker_index, *job));
+                         TabularResource::Create(worker_index, *job, replica_groups.get()));
         return std::unique_ptr<Dataset>(std::move(r));
       });
 }
@@ -890,7 +893,8 @@ absl::Status RegisterTabular(ClosureRegistry* registry) {
 namespace {
 
 // Predicts from raw rows: the training transforms (without the label), an evaluation lookup of
-// every key (unseen keys read the default row), the net's forward pass on the CPU.
+// every key (unseen keys read the default row), the net's forward pass on the CPU (its own
+// one-replica group).
 class TabularServingHead final : public ServingHead {
  public:
   static absl::StatusOr<std::unique_ptr<TabularServingHead>> Create(const nlohmann::json& j) {
@@ -910,11 +914,11 @@ class TabularServingHead final : public ServingHead {
       if (it == h->groups_.end()) h->groups_.push_back(mc);
       for (int s = 0; s < layout.slots[f]; ++s) h->slot_group_.push_back(g);
     }
-    WorkerDevices cpu;
+    ReplicaGroupOptions cpu;
     cpu.kind = DeviceOptions::Kind::kCpu;
-    cpu.replicas = 1;
-    ASSIGN_OR_RETURN(ReplicaGroup * group, WorkerReplicaGroup(cpu));
-    h->device_ = group->device(0);
+    cpu.num_replicas = 1;
+    ASSIGN_OR_RETURN(h->group_, ReplicaGroup::Create(cpu));
+    h->device_ = h->group_->device(0);
     return h;
   }
 
@@ -1008,7 +1012,8 @@ class TabularServingHead final : public ServingHead {
   NetShape shape_;
   std::vector<int64_t> groups_;
   std::vector<int> slot_group_;
-  Device* device_ = nullptr;
+  std::unique_ptr<ReplicaGroup> group_;
+  Device* device_ = nullptr;  // group_'s
 };
 
 }  // namespace

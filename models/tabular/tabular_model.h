@@ -44,6 +44,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "models/devices.h"
 #include "models/model.h"
 #include "models/serving_head.h"
 #include "worker/closure_registry.h"
@@ -53,7 +54,8 @@ namespace pstrain {
 inline constexpr char kTabularModel[] = "tabular";
 
 // The worker side: closures "tabular/train", "tabular/eval", dataset "tabular/data".
-absl::Status RegisterTabular(ClosureRegistry* registry);
+absl::Status RegisterTabular(ClosureRegistry* registry,
+                             std::shared_ptr<ReplicaGroups> replica_groups);
 
 // The coordinator side. Errors: kInvalidArgument for bad options or spec, kNotFound for a missing
 // spec file.
