@@ -17,24 +17,19 @@
 //
 // Metrics: test_rmse, train_rmse, and baseline_test_rmse (regularized user + item biases alone);
 // notes give the counts, including the held-out ratings dropped as their user or item is unseen.
+//
+// The coordinator side (this file's unit); the worker side is movielens_mf_worker.h.
 #ifndef PSTRAIN_MODELS_MOVIELENS_MF_H_
 #define PSTRAIN_MODELS_MOVIELENS_MF_H_
 
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "models/devices.h"
 #include "models/model.h"
-#include "worker/closure_registry.h"
 
 namespace pstrain {
 
 inline constexpr char kMatrixFactorizationModel[] = "movielens_mf";
-
-// The worker side: closures "movielens_mf/train" and "movielens_mf/eval", dataset
-// "movielens_mf/data".
-absl::Status RegisterMatrixFactorization(ClosureRegistry* registry,
-                                         std::shared_ptr<ReplicaGroups> replica_groups);
 
 // The coordinator side. Errors: kInvalidArgument for bad options (naming them).
 absl::StatusOr<std::unique_ptr<Model>> CreateMatrixFactorization(const ModelOptions& options);

@@ -12,6 +12,7 @@
 #include "models/fashion_mnist_mlp_worker.h"
 #include "models/flights_ctr.h"
 #include "models/movielens_mf.h"
+#include "models/movielens_mf_worker.h"
 #include "models/tabular/tabular_model.h"
 
 namespace pstrain {
