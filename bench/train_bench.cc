@@ -39,6 +39,7 @@
 #include "models/batches.h"
 #include "models/ctr_net.h"
 #include "models/flights_ctr.h"
+#include "models/flights_ctr_worker.h"
 #include "models/flights_data.h"
 #include "nlohmann/json.hpp"
 #include "ps/initializers.h"

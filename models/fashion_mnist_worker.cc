@@ -1,6 +1,7 @@
 #include "models/fashion_mnist_worker.h"
 
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -33,18 +34,15 @@ class FashionResource : public Dataset {
         net_(std::move(net)),
         replicas_(replicas),
         batches_(splits_.train.size(), batch_size, seed),
+        first_epoch_(batches_.steps_per_epoch()),
         free_step_slots_(steps_at_once > 0 ? steps_at_once : std::numeric_limits<int64_t>::max()) {}
 
   // The training examples in the order of the first epoch, one batch per element: images
   // (float32, FashionNet::InputShape) and labels (int64 [batch]).
   absl::StatusOr<bool> Next(std::vector<Tensor>* element) override {
-    int64_t step;
-    {
-      absl::MutexLock lock(&mu_);
-      if (next_step_ >= batches_.steps_per_epoch()) return false;
-      step = next_step_++;
-    }
-    const std::vector<int64_t> rows = batches_.Batch(step);
+    const std::optional<int64_t> step = first_epoch_.Next();
+    if (!step.has_value()) return false;
+    const std::vector<int64_t> rows = batches_.Batch(*step);
     std::vector<float> x;
     std::vector<int32_t> labels;
     data::GatherImages(splits_.train, rows, &x, &labels);
@@ -88,8 +86,7 @@ class FashionResource : public Dataset {
   const std::unique_ptr<const FashionNet> net_;
   ReplicaGroup* const replicas_;
   EpochBatches batches_;
-  absl::Mutex mu_;
-  int64_t next_step_ ABSL_GUARDED_BY(mu_) = 0;
+  FirstEpochSteps first_epoch_;
   absl::Mutex slots_mu_;
   int64_t free_step_slots_ ABSL_GUARDED_BY(slots_mu_);
 };

@@ -11,6 +11,8 @@
 #include "models/fashion_mnist_mlp.h"
 #include "models/fashion_mnist_mlp_worker.h"
 #include "models/flights_ctr.h"
+#include "models/flights_ctr_serving.h"
+#include "models/flights_ctr_worker.h"
 #include "models/movielens_mf.h"
 #include "models/movielens_mf_worker.h"
 #include "models/tabular/tabular_model.h"

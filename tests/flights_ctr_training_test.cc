@@ -9,7 +9,9 @@
 #include "common/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "models/devices.h"
 #include "models/flights_ctr.h"
+#include "models/flights_ctr_worker.h"
 #include "tests/train_in_process.h"
 
 namespace pstrain {
