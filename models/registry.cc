@@ -16,6 +16,8 @@
 #include "models/movielens_mf.h"
 #include "models/movielens_mf_worker.h"
 #include "models/tabular/tabular_model.h"
+#include "models/tabular/tabular_model_serving.h"
+#include "models/tabular/tabular_model_worker.h"
 
 namespace pstrain {
 
