@@ -46,7 +46,7 @@ double Run(bool metrics, int64_t* scrapes) {
   InProcessClusterOptions c;
   c.num_workers = 2;
   c.num_ps = 2;
-  c.registry = *TrainingRegistry();
+  c.registry = *TrainingRegistry(std::make_shared<ReplicaGroups>());
   c.host = "127.0.0.1";
   if (metrics) c.metrics_port = 0;
   auto cluster = InProcessCluster::Start(c);

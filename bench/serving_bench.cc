@@ -73,7 +73,7 @@ void TrainModel(const std::string& name, ModelOptions options, const std::string
   InProcessClusterOptions c;
   c.num_workers = 2;
   c.num_ps = 2;
-  c.registry = *TrainingRegistry();
+  c.registry = *TrainingRegistry(std::make_shared<ReplicaGroups>());
   auto cluster = InProcessCluster::Start(c);
   if (!cluster.ok()) Die(cluster.status(), "cluster");
   TrainerOptions t;
@@ -196,7 +196,7 @@ void BenchModel(const std::string& name, const ModelOptions& options, const RawE
   InProcessClusterOptions c;
   c.num_workers = 1;
   c.num_ps = 2;
-  c.registry = *TrainingRegistry();
+  c.registry = *TrainingRegistry(std::make_shared<ReplicaGroups>());
   auto cluster = InProcessCluster::Start(c);
   if (!cluster.ok()) Die(cluster.status(), "cluster");
   auto coordinator = ClusterCoordinator::Create((*cluster)->spec());

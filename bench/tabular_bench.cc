@@ -178,7 +178,7 @@ int Run() {
       InProcessClusterOptions co;
       co.num_workers = absl::GetFlag(FLAGS_workers);
       co.num_ps = 2;
-      co.registry = *TrainingRegistry();
+      co.registry = *TrainingRegistry(std::make_shared<ReplicaGroups>());
       absl::StatusOr<std::unique_ptr<InProcessCluster>> cluster = InProcessCluster::Start(co);
       if (!cluster.ok()) return 2;
       ModelOptions mo;

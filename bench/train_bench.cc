@@ -39,6 +39,7 @@
 #include "models/batches.h"
 #include "models/ctr_net.h"
 #include "models/flights_ctr.h"
+#include "models/flights_ctr_worker.h"
 #include "models/flights_data.h"
 #include "nlohmann/json.hpp"
 #include "ps/initializers.h"
@@ -299,7 +300,8 @@ absl::StatusOr<Timed> RunBaseline(LocalCtrTrainer* trainer, int threads, int64_t
 absl::StatusOr<Timed> RunCluster(int workers, int ps, int64_t warmup, int64_t steps) {
   auto registry = std::make_shared<ClosureRegistry>();
   if (absl::Status s = RegisterBuiltinClosures(registry.get()); !s.ok()) return s;
-  if (absl::Status s = RegisterFlightsCtr(registry.get()); !s.ok()) return s;
+  absl::Status registered = RegisterFlightsCtr(registry.get(), std::make_shared<ReplicaGroups>());
+  if (!registered.ok()) return registered;
   InProcessClusterOptions cluster_options;
   cluster_options.num_workers = workers;
   cluster_options.num_ps = ps;

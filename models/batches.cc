@@ -38,6 +38,12 @@ std::shared_ptr<const std::vector<int64_t>> EpochBatches::Order(int64_t epoch) {
   return result;
 }
 
+std::optional<int64_t> FirstEpochSteps::Next() {
+  absl::MutexLock lock(&mu_);
+  if (next_ >= steps_) return std::nullopt;
+  return next_++;
+}
+
 std::vector<int64_t> ReplicaShare(std::vector<int64_t> rows, int index, int count) {
   if (count <= 1) return rows;
   std::vector<int64_t> share;

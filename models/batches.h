@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,22 @@ class EpochBatches {
   absl::Mutex mu_;
   // Below: guarded by mu_.
   std::map<int64_t, std::shared_ptr<const std::vector<int64_t>>> orders_ ABSL_GUARDED_BY(mu_);
+};
+
+// The steps of one epoch, handed out in order, each once: the cursor of a dataset whose Next()
+// yields the first epoch's batches. Thread-safe.
+class FirstEpochSteps {
+ public:
+  explicit FirstEpochSteps(int64_t steps) : steps_(steps) {}
+
+  // The next step, or nullopt once all `steps` were handed out.
+  std::optional<int64_t> Next();
+
+ private:
+  const int64_t steps_;
+  absl::Mutex mu_;
+  // Below: guarded by mu_.
+  int64_t next_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // Synchronous training (the multi-worker mirrored strategy): replica `index` of `count` trains on

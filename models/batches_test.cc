@@ -23,6 +23,15 @@ TEST(EpochBatchesTest, Epoch_VisitsEveryExampleOnce_LastBatchShort) {
   EXPECT_EQ(seen, (std::multiset<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
 }
 
+TEST(FirstEpochStepsTest, Next_EachStepOnceInOrder_ThenNone) {
+  FirstEpochSteps steps(/*steps=*/3);
+  EXPECT_EQ(steps.Next(), 0);
+  EXPECT_EQ(steps.Next(), 1);
+  EXPECT_EQ(steps.Next(), 2);
+  EXPECT_EQ(steps.Next(), std::nullopt);
+  EXPECT_EQ(steps.Next(), std::nullopt);
+}
+
 TEST(EpochBatchesTest, SameSeedAndStep_SameBatchAnywhere_EpochsDiffer) {
   EpochBatches a(1000, 32, 3), b(1000, 32, 3), c(1000, 32, 4);
   EXPECT_EQ(a.Batch(40), b.Batch(40));

@@ -1,11 +1,6 @@
 #include "models/devices.h"
 
-#include <map>
-#include <memory>
-#include <utility>
-
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
 #include "models/batches.h"
 
@@ -55,14 +50,9 @@ absl::StatusOr<WorkerDevices> DevicesFromArgs(absl::Span<const Tensor> args, siz
   return devices;
 }
 
-absl::StatusOr<ReplicaGroup*> WorkerReplicaGroup(const WorkerDevices& devices) {
-  static absl::Mutex mu(absl::kConstInit);
-  // Never freed: closures may run until the process exits.
-  static auto* const groups =  // guarded by mu
-      new std::map<std::pair<int, int>, std::unique_ptr<ReplicaGroup>>();
-  absl::MutexLock lock(&mu);
-  std::unique_ptr<ReplicaGroup>& group =
-      (*groups)[{static_cast<int>(devices.kind), devices.replicas}];
+absl::StatusOr<ReplicaGroup*> ReplicaGroups::Get(const WorkerDevices& devices) {
+  absl::MutexLock lock(&mu_);
+  std::unique_ptr<ReplicaGroup>& group = groups_[{devices.kind, devices.replicas}];
   if (group == nullptr) {
     ReplicaGroupOptions options;
     options.kind = devices.kind;
@@ -70,6 +60,14 @@ absl::StatusOr<ReplicaGroup*> WorkerReplicaGroup(const WorkerDevices& devices) {
     ASSIGN_OR_RETURN(group, ReplicaGroup::Create(options));
   }
   return group.get();
+}
+
+absl::StatusOr<Device*> ReplicaGroups::Cpu() {
+  WorkerDevices cpu;
+  cpu.kind = DeviceOptions::Kind::kCpu;
+  cpu.replicas = 1;
+  ASSIGN_OR_RETURN(ReplicaGroup * group, Get(cpu));
+  return group->device(0);
 }
 
 }  // namespace pstrain

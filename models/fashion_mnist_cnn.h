@@ -42,6 +42,10 @@
 // the averaged weights when averaging); with averaging also last_test_accuracy, last_test_loss
 // (the trained weights as training ended). Validation: val_accuracy (watched by default), val_loss.
 // Notes give the network, the parameter count, the example counts and the averaged steps.
+//
+// The coordinator side (this file's unit); the worker side is fashion_mnist_cnn_worker.h. What
+// the two share with fashion_mnist_mlp: fashion_mnist.h (coordinator) and fashion_mnist_worker.h
+// (worker).
 #ifndef PSTRAIN_MODELS_FASHION_MNIST_CNN_H_
 #define PSTRAIN_MODELS_FASHION_MNIST_CNN_H_
 
@@ -49,15 +53,10 @@
 
 #include "absl/status/statusor.h"
 #include "models/model.h"
-#include "worker/closure_registry.h"
 
 namespace pstrain {
 
 inline constexpr char kFashionMnistCnnModel[] = "fashion_mnist_cnn";
-
-// The worker side: closures "fashion_mnist_cnn/train" and "fashion_mnist_cnn/eval", dataset
-// "fashion_mnist_cnn/data" (each worker reads the IDX files itself).
-absl::Status RegisterFashionMnistCnn(ClosureRegistry* registry);
 
 // The coordinator side. Errors: kInvalidArgument for bad options (naming them).
 absl::StatusOr<std::unique_ptr<Model>> CreateFashionMnistCnn(const ModelOptions& options);

@@ -3,7 +3,6 @@
 // cluster (real ps and worker servers), as the trainer drives a model.
 #include "models/fashion_mnist_cnn.h"
 
-#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
@@ -15,7 +14,9 @@
 #include "coordinator/in_process_cluster.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "models/data/idx_test_util.h"
 #include "models/data/image_splits.h"
+#include "models/fashion_mnist_cnn_worker.h"
 #include "worker/closure_registry.h"
 
 namespace pstrain {
@@ -87,19 +88,6 @@ TEST(FashionMnistCnnOptionsTest, KnownOptions_Ok) {
 
 // ---- Training on a toy set ---------------------------------------------------------------------
 
-void PutBigEndian(uint32_t v, std::string* out) {
-  for (int shift = 24; shift >= 0; shift -= 8) out->push_back(static_cast<char>(v >> shift));
-}
-
-void WriteIdx(const std::string& path, uint32_t magic, const std::vector<uint32_t>& dims,
-              const std::vector<uint8_t>& values) {
-  std::string bytes;
-  PutBigEndian(magic, &bytes);
-  for (uint32_t d : dims) PutBigEndian(d, &bytes);
-  bytes.append(values.begin(), values.end());
-  std::ofstream(path, std::ios::binary) << bytes;
-}
-
 // 8x8 images of 3 classes that only a spatial filter tells apart: the same number of lit pixels,
 // in a horizontal stroke (class 0), a vertical one (1) or a diagonal (2), anywhere in the image,
 // over noise. Uncompressed IDX files under the gzip names (the reader takes either).
@@ -117,10 +105,10 @@ void WriteToySplit(const std::string& dir, bool train, int count, uint32_t seed)
       image[py * 8 + px] = static_cast<uint8_t>(200 + rng() % 56);
     }
   }
-  WriteIdx(data::DataFile(dir, train ? data::kTrainImagesFile : data::kTestImagesFile), 0x803,
-           {static_cast<uint32_t>(count), 8, 8}, pixels);
-  WriteIdx(data::DataFile(dir, train ? data::kTrainLabelsFile : data::kTestLabelsFile), 0x801,
-           {static_cast<uint32_t>(count)}, labels);
+  data::WriteIdx(data::DataFile(dir, train ? data::kTrainImagesFile : data::kTestImagesFile),
+                 0x803, {static_cast<uint32_t>(count), 8, 8}, pixels);
+  data::WriteIdx(data::DataFile(dir, train ? data::kTrainLabelsFile : data::kTestLabelsFile),
+                 0x801, {static_cast<uint32_t>(count)}, labels);
 }
 
 class FashionMnistCnnTrainTest : public ::testing::Test {
@@ -128,7 +116,7 @@ class FashionMnistCnnTrainTest : public ::testing::Test {
   // An in-process cluster whose workers run this model's closures, and its coordinator.
   void StartCluster(int workers, int ps) {
     auto registry = std::make_shared<ClosureRegistry>();
-    ASSERT_TRUE(RegisterFashionMnistCnn(registry.get()).ok());
+    ASSERT_TRUE(RegisterFashionMnistCnn(registry.get(), std::make_shared<ReplicaGroups>()).ok());
     InProcessClusterOptions options;
     options.num_workers = workers;
     options.num_ps = ps;

@@ -16,8 +16,8 @@
 // ModelOptions: data (the directory of the four IDX files, train-images-idx3-ubyte.gz,
 // train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz; default
 // data/fashion_mnist), epochs (default 10), batch_size (default 128), learning_rate (default by
-// optimizer: adam 0.001, adagrad 0.05, momentum 0.01, sgd 0.1; lr_schedule relative to it), max_steps, seed (the shuffles and
-// the initializers). embedding_dim is ignored. Extra:
+// optimizer: adam 0.001, adagrad 0.05, momentum 0.01, sgd 0.1; lr_schedule relative to it),
+// max_steps, seed (the shuffles and the initializers). embedding_dim is ignored. Extra:
 //   optimizer            adam (default), adagrad, momentum (0.9), sgd
 //   hidden               the hidden layers' widths, comma-separated (default "256,128"; empty:
 //                        none, i.e. softmax regression)
@@ -35,6 +35,10 @@
 // the averaged weights when averaging); with averaging also last_test_accuracy, last_test_loss
 // (the trained weights as training ended). Notes give the layer widths, the parameter count, the
 // example counts and the averaged steps.
+//
+// The coordinator side (this file's unit); the worker side is fashion_mnist_mlp_worker.h. What
+// the two share with fashion_mnist_cnn: fashion_mnist.h (coordinator) and fashion_mnist_worker.h
+// (worker).
 #ifndef PSTRAIN_MODELS_FASHION_MNIST_MLP_H_
 #define PSTRAIN_MODELS_FASHION_MNIST_MLP_H_
 
@@ -42,15 +46,10 @@
 
 #include "absl/status/statusor.h"
 #include "models/model.h"
-#include "worker/closure_registry.h"
 
 namespace pstrain {
 
 inline constexpr char kFashionMnistMlpModel[] = "fashion_mnist_mlp";
-
-// The worker side: closures "fashion_mnist_mlp/train" and "fashion_mnist_mlp/eval", dataset
-// "fashion_mnist_mlp/data" (each worker reads the IDX files itself).
-absl::Status RegisterFashionMnistMlp(ClosureRegistry* registry);
 
 // The coordinator side. Errors: kInvalidArgument for bad options (naming them).
 absl::StatusOr<std::unique_ptr<Model>> CreateFashionMnistMlp(const ModelOptions& options);

@@ -51,6 +51,10 @@
 // Metrics: test_auc, test_logloss, baseline_lr_test_auc, baseline_lr_test_logloss (exact AUC over
 // every test flight), and prior_test_logloss (always predicting the training positive rate);
 // notes: train/test flights, positive rates, features, table shards.
+//
+// The coordinator side (this file's unit: the options, the variables, the Model); the worker side
+// is flights_ctr_worker.h, the serving head flights_ctr_serving.h, and what the two share of the
+// step (the variables' names, the keys, the pull) flights_ctr_lookup.h.
 #ifndef PSTRAIN_MODELS_FLIGHTS_CTR_H_
 #define PSTRAIN_MODELS_FLIGHTS_CTR_H_
 
@@ -61,23 +65,14 @@
 #include "absl/status/statusor.h"
 #include "coordinator/variable_creator.h"
 #include "models/ctr_net.h"
+#include "models/devices.h"
+#include "models/flights_ctr_lookup.h"  // the variables' names
 #include "models/flights_data.h"
 #include "models/model.h"
-#include "models/serving_head.h"
-#include "worker/closure_registry.h"
 
 namespace pstrain {
 
 inline constexpr char kFlightsCtrModel[] = "flights_ctr";
-
-// Variable names.
-inline constexpr char kCtrEmbedding[] = "ctr/embedding";
-inline constexpr char kCtrLrWeights[] = "ctr/lr_weights";
-inline constexpr char kCtrW1[] = "ctr/w1";
-inline constexpr char kCtrB1[] = "ctr/b1";
-inline constexpr char kCtrW2[] = "ctr/w2";
-inline constexpr char kCtrB2[] = "ctr/b2";
-inline constexpr char kCtrLrBias[] = "ctr/lr_bias";
 
 // A run's settings, resolved from ModelOptions (defaults as the file comment lists).
 struct FlightsCtrConfig {
@@ -118,19 +113,8 @@ std::vector<VariableSpec> FlightsCtrVariables(const FlightsCtrConfig& config, in
 // embedding=dynamic: the two dynamic tables (embedding, LR weights), created before the variables.
 std::vector<TableSpec> FlightsCtrTables(const FlightsCtrConfig& config);
 
-// The worker side: closures "flights_ctr/train" and "flights_ctr/eval", dataset "flights_ctr/data".
-absl::Status RegisterFlightsCtr(ClosureRegistry* registry);
-
 // The coordinator side. Errors: as FlightsCtrConfigFromOptions.
 absl::StatusOr<std::unique_ptr<Model>> CreateFlightsCtr(const ModelOptions& options);
-
-// The serving head of a trained flights_ctr (models/serving_head.h) from its serving config:
-// columns date, distance, origin, destination (as the training CSV has them); output
-// "probability" (of a delay over the threshold). A flight on a day of year no training flight had
-// reads the day as unknown, as the test flights do. Errors: kInvalidArgument for a malformed
-// config.
-absl::StatusOr<std::unique_ptr<ServingHead>> CreateFlightsCtrServingHead(
-    const std::string& serving_config);
 
 }  // namespace pstrain
 

@@ -5,6 +5,32 @@
 //   coordinator   Setup() creates the variables on the ps tasks and each worker's data resource;
 //                 ScheduleStep() schedules one training step; Evaluate() the final metrics
 //
+// Where a model's pieces go (every example model follows this; a new one should too):
+//
+//   <model>_worker.h/.cc   the worker side: the dataset (the per-worker resource every closure
+//                          of the model takes), the closures, and Register<Model>(registry,
+//                          replica_groups). Its header names the closures and the dataset and lists
+//                          their arguments and outputs: the contract the coordinator side calls.
+//   <model>.h/.cc          the coordinator side: the options (ModelOptions and its extra options),
+//                          the Model (variables, the per-worker dataset, steps, metrics) and
+//                          Create<Model>(options). It schedules the worker side's closures by the
+//                          names <model>_worker.h gives, so it depends on that header, never the
+//                          other way round.
+//   <model>_serving.h/.cc  the serving head (serving_head.h), for a model that can be served:
+//                          Create<Model>ServingHead(serving_config). It owns its CPU replica group.
+//   registry.cc            lists every model: its Register, Create and Create...ServingHead.
+//
+// Code that two of them share is a unit of its own that both depend on, one cc_library per
+// .h/.cc pair: the network (dense_mlp, conv_net, ctr_net, tabular/tabular_net), the data
+// (flights_data, ratings_data, data/), the ps variables' names and the pull of a batch's rows
+// that the step, the evaluation and the serving head all make (flights_ctr_lookup,
+// tabular/tabular_lookup). Two models that differ only in their network share the rest:
+// fashion_mnist_mlp and fashion_mnist_cnn are each a network on fashion_mnist_worker (the
+// dataset and the closures) and fashion_mnist (the options and the Model).
+//
+// A worker's devices: the dataset takes its replica group from the process's ReplicaGroups
+// (devices.h), which Register<Model> receives and its dataset function keeps.
+//
 // Steps are deterministic: step s trains on a batch fixed by (seed, s) (epoch s / steps_per_epoch,
 // a per-epoch shuffle), and every worker holds all the training data. So a step can run on any
 // worker, a closure re-run after a worker failure trains on the same batch, and a job resumed

@@ -17,6 +17,8 @@
 //
 // Metrics: test_rmse, train_rmse, and baseline_test_rmse (regularized user + item biases alone);
 // notes give the counts, including the held-out ratings dropped as their user or item is unseen.
+//
+// The coordinator side (this file's unit); the worker side is movielens_mf_worker.h.
 #ifndef PSTRAIN_MODELS_MOVIELENS_MF_H_
 #define PSTRAIN_MODELS_MOVIELENS_MF_H_
 
@@ -24,15 +26,10 @@
 
 #include "absl/status/statusor.h"
 #include "models/model.h"
-#include "worker/closure_registry.h"
 
 namespace pstrain {
 
 inline constexpr char kMatrixFactorizationModel[] = "movielens_mf";
-
-// The worker side: closures "movielens_mf/train" and "movielens_mf/eval", dataset
-// "movielens_mf/data".
-absl::Status RegisterMatrixFactorization(ClosureRegistry* registry);
 
 // The coordinator side. Errors: kInvalidArgument for bad options (naming them).
 absl::StatusOr<std::unique_ptr<Model>> CreateMatrixFactorization(const ModelOptions& options);

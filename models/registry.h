@@ -7,17 +7,23 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "models/devices.h"
 #include "models/model.h"
 #include "models/serving_head.h"
 #include "worker/closure_registry.h"
 
 namespace pstrain {
 
-// Registers every model's closures and datasets (for worker servers).
-absl::Status RegisterModelClosures(ClosureRegistry* registry);
+// Registers every model's closures and datasets (for worker servers). Their datasets take their
+// replica groups from `replica_groups` (not null; the process's one, models/devices.h), and keep a
+// reference to it.
+absl::Status RegisterModelClosures(ClosureRegistry* registry,
+                                   std::shared_ptr<ReplicaGroups> replica_groups);
 
-// The built-in closures plus every model's: what a worker of a training job runs.
-absl::StatusOr<std::shared_ptr<const ClosureRegistry>> TrainingRegistry();
+// The built-in closures plus every model's: what a worker of a training job runs. Every registry
+// of a process should get the same `replica_groups` (not null; models/devices.h).
+absl::StatusOr<std::shared_ptr<const ClosureRegistry>> TrainingRegistry(
+    std::shared_ptr<ReplicaGroups> replica_groups);
 
 // The model called `name`. Errors: kInvalidArgument for an unknown name (listing the known ones)
 // or bad options.

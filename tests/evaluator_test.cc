@@ -68,7 +68,8 @@ TEST_F(EvaluatorTest, BesideARunningJob_SkipsWhenBehind_StopsAfterFinal_MatchesT
       if (step == 12) first_evaluated.WaitForNotificationWithTimeout(absl::Seconds(60));
       return absl::OkStatus();
     };
-    result = TrainInProcess(*TrainingRegistry(), /*workers=*/2, /*ps=*/1, model->get(), t);
+    result = TrainInProcess(*TrainingRegistry(std::make_shared<ReplicaGroups>()), /*workers=*/2,
+                            /*ps=*/1, model->get(), t);
     trained.Notify();
   });
   EvaluatorOptions options;

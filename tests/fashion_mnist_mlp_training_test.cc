@@ -9,7 +9,9 @@
 #include "common/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "models/devices.h"
 #include "models/fashion_mnist_mlp.h"
+#include "models/fashion_mnist_mlp_worker.h"
 #include "tests/toy_fashion_data.h"
 #include "tests/train_in_process.h"
 
@@ -30,7 +32,7 @@ std::string TempDir() {
 std::shared_ptr<const ClosureRegistry> Registry() {
   auto registry = std::make_shared<ClosureRegistry>();
   EXPECT_TRUE(RegisterBuiltinClosures(registry.get()).ok());
-  EXPECT_TRUE(RegisterFashionMnistMlp(registry.get()).ok());
+  EXPECT_TRUE(RegisterFashionMnistMlp(registry.get(), std::make_shared<ReplicaGroups>()).ok());
   return registry;
 }
 

@@ -9,7 +9,9 @@
 #include "common/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "models/devices.h"
 #include "models/flights_ctr.h"
+#include "models/flights_ctr_worker.h"
 #include "tests/train_in_process.h"
 
 namespace pstrain {
@@ -50,7 +52,7 @@ std::string WriteToyFlights(int rows) {
 std::shared_ptr<const ClosureRegistry> Registry() {
   auto registry = std::make_shared<ClosureRegistry>();
   EXPECT_TRUE(RegisterBuiltinClosures(registry.get()).ok());
-  EXPECT_TRUE(RegisterFlightsCtr(registry.get()).ok());
+  EXPECT_TRUE(RegisterFlightsCtr(registry.get(), std::make_shared<ReplicaGroups>()).ok());
   return registry;
 }
 

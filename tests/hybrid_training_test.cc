@@ -194,8 +194,8 @@ TEST_F(HybridTrainingTest, WorkerDies_ResumesFromCheckpoint_RestoresUnderParamet
   ps_trainer.restore = result->chief.last_checkpoint;
   ps_trainer.keep_best = false;
   ps_trainer.validate = false;
-  auto evaluated = TrainInProcess(*TrainingRegistry(), /*workers=*/2, /*ps=*/3, model->get(),
-                                  ps_trainer);
+  auto evaluated = TrainInProcess(*TrainingRegistry(std::make_shared<ReplicaGroups>()),
+                                  /*workers=*/2, /*ps=*/3, model->get(), ps_trainer);
   ASSERT_TRUE(evaluated.ok()) << evaluated.status();
   EXPECT_EQ(evaluated->start_step, evaluated->end_step);  // nothing left to train
   EXPECT_NEAR(evaluated->metrics.values["test_auc"], result->chief.metrics.values["test_auc"],

@@ -109,7 +109,8 @@ class ServingTest : public ::testing::Test {
     o.extra["feature_spec"] = dir_ + "/spec.json";
     auto model = CreateModel("tabular", o);
     if (!model.ok()) return model.status();
-    return TrainInProcess(*TrainingRegistry(), 2, 2, model->get(), Trainer(ckpt, &null_));
+    return TrainInProcess(*TrainingRegistry(std::make_shared<ReplicaGroups>()), 2, 2, model->get(),
+                          Trainer(ckpt, &null_));
   }
 
   void SetUp() override { dir_ = FreshTempDir("serving"); }
@@ -220,8 +221,8 @@ TEST_F(ServingTest, FlightsHashed_RowsThroughSmallCache_MatchClusterEvaluation) 
   o.extra = {{"embedding", "hashed"}, {"hash_rows", "4096"}, {"hidden", "8"}};
   auto model = CreateModel("flights_ctr", o);
   ASSERT_TRUE(model.ok()) << model.status();
-  auto trained =
-      TrainInProcess(*TrainingRegistry(), 2, 2, model->get(), Trainer(dir_ + "/ckpt", &null_));
+  auto trained = TrainInProcess(*TrainingRegistry(std::make_shared<ReplicaGroups>()), 2, 2,
+                                model->get(), Trainer(dir_ + "/ckpt", &null_));
   ASSERT_TRUE(trained.ok()) << trained.status();
 
   ExportOptions ex;

@@ -56,7 +56,8 @@ absl::StatusOr<TrainResult> Train(const std::string& spec, const std::string& da
   o.extra["feature_spec"] = spec;
   absl::StatusOr<std::unique_ptr<Model>> model = CreateTabular(o);
   if (!model.ok()) return model.status();
-  return TrainInProcess(*TrainingRegistry(), workers, /*ps=*/2, model->get());
+  return TrainInProcess(*TrainingRegistry(std::make_shared<ReplicaGroups>()), workers, /*ps=*/2,
+                        model->get());
 }
 
 const char* kCities[] = {"Oslo", "Rome", "Lima", "Kyiv", "Pune, MH", "Graz"};

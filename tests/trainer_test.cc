@@ -62,7 +62,7 @@ class TrainerTest : public ::testing::Test {
     InProcessClusterOptions o;
     o.num_ps = 2;
     o.num_workers = 2;
-    o.registry = *TrainingRegistry();
+    o.registry = *TrainingRegistry(std::make_shared<ReplicaGroups>());
     cluster_ = std::move(*InProcessCluster::Start(o));
   }
   std::string dir_, csv_;
@@ -135,7 +135,7 @@ TEST_F(TrainerTest, CheckpointOfAnotherModelShape_ClearErrorBeforeTraining) {
   InProcessClusterOptions co;
   co.num_ps = 1;
   co.num_workers = 1;
-  co.registry = *TrainingRegistry();
+  co.registry = *TrainingRegistry(std::make_shared<ReplicaGroups>());
   auto fresh = std::move(*InProcessCluster::Start(co));
   auto wider = *CreateMatrixFactorization(o);
   absl::StatusOr<TrainResult> r = Train(fresh->spec(), wider.get(), options);

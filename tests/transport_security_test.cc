@@ -82,8 +82,8 @@ TEST_F(TransportSecurityTest, TrainingJobOverMutualTls) {
   o.extra["feature_spec"] = dir + "/spec.json";
   absl::StatusOr<std::unique_ptr<Model>> model = CreateTabular(o);
   ASSERT_TRUE(model.ok()) << model.status();
-  absl::StatusOr<TrainResult> result =
-      TrainInProcess(*TrainingRegistry(), /*workers=*/2, /*ps=*/2, model->get());
+  absl::StatusOr<TrainResult> result = TrainInProcess(
+      *TrainingRegistry(std::make_shared<ReplicaGroups>()), /*workers=*/2, /*ps=*/2, model->get());
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_GT(result->metrics.values.at("test_auc"), 0.95);
 }

@@ -240,6 +240,9 @@ struct JobPlan {
   int in_process_workers = 0;
   int in_process_ps = 0;
   std::optional<MirroredTask> task;
+  // This process's replica groups, which every worker it runs takes its devices from (the
+  // in-process cluster's, the sidecar evaluator's, the synchronous strategies').
+  std::shared_ptr<ReplicaGroups> replica_groups;
 };
 
 // The model's options from the flags. Errors: kInvalidArgument naming the bad flag.
@@ -319,12 +322,13 @@ EvaluatorOptions EvaluatorOptionsFromFlags(const std::string& model) {
 
 // The evaluator task (TF_CONFIG "evaluator"): evaluates the job's checkpoints as they come, until
 // its final one; prints one JSON line per evaluation.
-int RunEvaluatorJob() {
+int RunEvaluatorJob(std::shared_ptr<ReplicaGroups> replica_groups) {
   const std::string name = absl::GetFlag(FLAGS_model);
   absl::StatusOr<ModelOptions> options = ModelOptionsFromFlags();
   if (!options.ok()) return Fail(std::string(options.status().message()));
   EvaluatorOptions e = EvaluatorOptionsFromFlags(name);
   if (e.checkpoint_dir.empty()) return Fail("the evaluator needs the job's --checkpoint_dir");
+  e.replica_groups = std::move(replica_groups);
   auto log = e.on_evaluated;
   e.on_evaluated = [log](const Evaluation& ev) {
     log(ev);
@@ -384,6 +388,7 @@ int RunTrainJob(const JobPlan& plan) {
     evaluator_thread = std::thread([&] {
       EvaluatorOptions e = EvaluatorOptionsFromFlags(name);
       e.job_done = &job_done;
+      e.replica_groups = plan.replica_groups;
       evaluations = RunEvaluator(name, options, e, &stop_evaluator);
     });
   }
@@ -401,6 +406,7 @@ int RunTrainJob(const JobPlan& plan) {
   absl::StatusOr<TrainResult> result;
   if (plan.spec == nullptr) {
     MirroredOptions mirrored;
+    mirrored.replica_groups = plan.replica_groups;
     absl::StatusOr<MirroredResult> job = absl::InternalError("unset");
     if (plan.task.has_value()) {
       mirrored.join_timeout = absl::GetFlag(FLAGS_rejoin_timeout);
@@ -472,6 +478,8 @@ int Run() {
     std::fprintf(stderr, "metrics: %s at http://%s/metrics\n", task.c_str(),
                  metrics_server->address().c_str());
   }
+  // The process's replica groups: one for every worker this process runs.
+  auto replica_groups = std::make_shared<ReplicaGroups>();
   std::string source;
   absl::StatusOr<std::string> spec_flag = ClusterSpecText(absl::GetFlag(FLAGS_cluster_spec), &source);
   if (!spec_flag.ok()) return Fail(std::string(spec_flag.status().message()));
@@ -488,7 +496,7 @@ int Run() {
       if (!flag.ok()) return Fail(absl::StrCat("--task: ", flag.status().message()));
       task = *flag;
     }
-    if (task.has_value() && task->type == kEvaluator) return RunEvaluatorJob();
+    if (task.has_value() && task->type == kEvaluator) return RunEvaluatorJob(replica_groups);
   }
 
   const std::string strategy = absl::GetFlag(FLAGS_strategy);
@@ -498,6 +506,7 @@ int Run() {
       return Fail(absl::StrCat("--strategy=", strategy, " is for --job=train"));
     }
     JobPlan plan;
+    plan.replica_groups = replica_groups;
     if (absl::StartsWith(spec_text, "in_process")) {
       const bool names_ps = absl::StrContains(spec_text, "ps=");
       absl::StatusOr<InProcessClusterOptions> options = ParseInProcessSpec(spec_text);
@@ -551,7 +560,8 @@ int Run() {
   if (absl::StartsWith(spec_text, "in_process")) {
     absl::StatusOr<InProcessClusterOptions> options = ParseInProcessSpec(spec_text);
     if (!options.ok()) return Fail(absl::StrCat(source, ": ", options.status().message()));
-    absl::StatusOr<std::shared_ptr<const ClosureRegistry>> registry = TrainingRegistry();
+    absl::StatusOr<std::shared_ptr<const ClosureRegistry>> registry =
+        TrainingRegistry(replica_groups);
     if (!registry.ok()) return Fail(std::string(registry.status().message()));
     options->registry = *registry;
     absl::StatusOr<int64_t> budget = ParseByteSize(absl::GetFlag(FLAGS_ps_memory_budget));
@@ -607,6 +617,7 @@ int Run() {
   if (absl::GetFlag(FLAGS_job) == "train") {
     JobPlan plan;
     plan.spec = &*spec;
+    plan.replica_groups = replica_groups;
     return RunTrainJob(plan);
   }
   return Fail(

@@ -50,7 +50,10 @@ absl::StatusOr<std::vector<Evaluation>> RunEvaluator(const std::string& model_na
     return absl::InvalidArgumentError("evaluator: max_evaluations must be >= 0");
   }
   // A private cluster: the checkpoint is read into it, no task of the job is involved.
-  ASSIGN_OR_RETURN(std::shared_ptr<const ClosureRegistry> registry, TrainingRegistry());
+  ASSIGN_OR_RETURN(std::shared_ptr<const ClosureRegistry> registry,
+                   TrainingRegistry(options.replica_groups != nullptr
+                                        ? options.replica_groups
+                                        : std::make_shared<ReplicaGroups>()));
   InProcessClusterOptions cluster_options;
   cluster_options.num_workers = 1;
   cluster_options.num_ps = 1;

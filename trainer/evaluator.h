@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/metrics.h"
+#include "models/devices.h"
 #include "models/model.h"
 
 namespace pstrain {
@@ -48,6 +50,9 @@ struct EvaluatorOptions {
   MetricsRegistry* metrics = nullptr;
   // Called after each evaluation (tests, the sidecar's log line).
   std::function<void(const struct Evaluation&)> on_evaluated;
+  // The process's replica groups (models/devices.h), which the evaluator's private worker takes
+  // its devices from: the sidecar shares the job's. Default null: the evaluator makes its own.
+  std::shared_ptr<ReplicaGroups> replica_groups;
 };
 
 // One checkpoint evaluated.

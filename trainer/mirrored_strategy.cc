@@ -255,7 +255,10 @@ absl::StatusOr<MirroredResult> TrainMultiWorkerMirrored(const std::string& model
                                                         const TrainerOptions& options,
                                                         const MirroredOptions& mirrored) {
   RETURN_IF_ERROR(CheckOptions(options, mirrored));
-  ASSIGN_OR_RETURN(std::shared_ptr<const ClosureRegistry> registry, TrainingRegistry());
+  ASSIGN_OR_RETURN(std::shared_ptr<const ClosureRegistry> registry,
+                   TrainingRegistry(mirrored.replica_groups != nullptr
+                                        ? mirrored.replica_groups
+                                        : std::make_shared<ReplicaGroups>()));
   ASSIGN_OR_RETURN(std::unique_ptr<RendezvousServer> rendezvous,
                    RendezvousServer::Start("127.0.0.1:0"));
   MirroredResult job;
@@ -367,7 +370,10 @@ absl::StatusOr<MirroredResult> TrainMirroredTask(const std::string& model_name,
   const int rank = static_cast<int>(found - ranks.begin());
   const std::string my_address = *spec.address(me);
   const std::string chief_address = *spec.address(ranks[0]);
-  ASSIGN_OR_RETURN(std::shared_ptr<const ClosureRegistry> registry, TrainingRegistry());
+  ASSIGN_OR_RETURN(std::shared_ptr<const ClosureRegistry> registry,
+                   TrainingRegistry(mirrored.replica_groups != nullptr
+                                        ? mirrored.replica_groups
+                                        : std::make_shared<ReplicaGroups>()));
 
   std::unique_ptr<RendezvousServer> rendezvous;
   if (rank == 0) {

@@ -34,6 +34,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -41,6 +42,7 @@
 #include "cluster/cluster_spec.h"
 #include "collective/collective_group.h"
 #include "proto/collective.pb.h"
+#include "models/devices.h"
 #include "models/model.h"
 #include "ps/ps_client.h"
 #include "trainer/trainer.h"
@@ -73,6 +75,10 @@ struct MirroredOptions {
   // Tests: called on each worker's thread when its training ended well, with the address of its
   // replica (a ps task holding every variable), before its servers stop.
   std::function<void(int rank, const std::string& replica_address)> on_trained;
+  // The process's replica groups (models/devices.h), which this process's workers take their
+  // devices from (shared with the rest of the process, e.g. a sidecar evaluator). Default null:
+  // the job makes its own.
+  std::shared_ptr<ReplicaGroups> replica_groups;
 };
 
 // What the job did, beside the chief's TrainResult.

@@ -6,13 +6,16 @@
 #include "worker/worker_server.h"
 
 int main(int argc, char** argv) {
+  // The process's replica groups (models/devices.h): the worker's registry keeps it alive.
+  auto replica_groups = std::make_shared<pstrain::ReplicaGroups>();
   return pstrain::RunTaskMain(
       argc, argv, "worker",
-      [](const pstrain::ClusterSpec& spec, int task_index, const std::string& listen,
-         pstrain::MetricsRegistry* metrics) -> absl::StatusOr<pstrain::RunningTask> {
+      [replica_groups](const pstrain::ClusterSpec& spec, int task_index, const std::string& listen,
+                       pstrain::MetricsRegistry* metrics)
+          -> absl::StatusOr<pstrain::RunningTask> {
         pstrain::WorkerServerOptions options;
         absl::StatusOr<std::shared_ptr<const pstrain::ClosureRegistry>> registry =
-            pstrain::TrainingRegistry();
+            pstrain::TrainingRegistry(replica_groups);
         if (!registry.ok()) return registry.status();
         options.registry = *registry;
         options.task_index = task_index;

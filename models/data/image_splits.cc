@@ -9,8 +9,8 @@ namespace pstrain {
 namespace data {
 namespace {
 
-// A uniform double in [0, 1) from (seed, row): splitmix64's finalizer. The same function (and
-// salt) as fashion_mnist_mlp's, so the image models hold out the same examples for a seed.
+// A uniform double in [0, 1) from (seed, row): splitmix64's finalizer. Both image models split
+// with it (fashion_mnist_worker.cc), so they hold out the same examples for a seed.
 double HashUnit(uint64_t seed, uint64_t row) {
   uint64_t z = seed * 0x9E3779B97F4A7C15ull + row + 0x632BE59BD9B4E019ull;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;

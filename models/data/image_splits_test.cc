@@ -1,6 +1,5 @@
 #include "models/data/image_splits.h"
 
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -8,6 +7,7 @@
 #include "common/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "models/data/idx_test_util.h"
 
 namespace pstrain {
 namespace data {
@@ -16,20 +16,6 @@ namespace {
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-void PutBigEndian(uint32_t v, std::string* out) {
-  for (int shift = 24; shift >= 0; shift -= 8) out->push_back(static_cast<char>(v >> shift));
-}
-
-// An uncompressed IDX file (the reader takes plain files under any name).
-void WriteIdx(const std::string& path, uint32_t magic, const std::vector<uint32_t>& dims,
-              const std::vector<uint8_t>& values) {
-  std::string bytes;
-  PutBigEndian(magic, &bytes);
-  for (uint32_t d : dims) PutBigEndian(d, &bytes);
-  bytes.append(values.begin(), values.end());
-  std::ofstream(path, std::ios::binary) << bytes;
-}
 
 // `count` 2x3 images whose pixels are all the example's index, labels index % 10.
 std::string WriteSplit(const std::string& name, uint32_t count, uint32_t label_count) {

@@ -254,13 +254,11 @@ absl::StatusOr<DataPlan> DataPlan::FromJson(const nlohmann::json& j, size_t num_
   return p;
 }
 
-absl::StatusOr<DataPlan> Scan(const Spec& spec, const ScanOptions& options) {
-  if (options.workers < 1) return absl::InvalidArgumentError("tabular scan: workers < 1");
-  if (!(options.validation_fraction >= 0 && options.validation_fraction < 1)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "validation_fraction ", options.validation_fraction, " is outside [0, 1)"));
-  }
-  DataPlan plan;
+namespace {
+
+// The files of the data, the validation data and the spec's test data, in that order, each
+// pattern's sorted. Errors: ResolveFiles'.
+absl::Status ListFiles(const Spec& spec, const ScanOptions& options, DataPlan* plan) {
   auto add_files = [&](const std::string& pattern, FileRole role) -> absl::Status {
     ASSIGN_OR_RETURN(std::vector<std::string> paths, ResolveFiles(pattern));
     for (size_t i = 0; i < paths.size(); ++i) {
@@ -268,215 +266,359 @@ absl::StatusOr<DataPlan> Scan(const Spec& spec, const ScanOptions& options) {
       f.path = paths[i];
       f.role = role;
       f.index = static_cast<int>(i);
-      plan.files.push_back(std::move(f));
+      plan->files.push_back(std::move(f));
     }
     return absl::OkStatus();
   };
   RETURN_IF_ERROR(add_files(options.data, FileRole::kData));
-  const bool validation_files = !options.validation_data.empty();
-  if (validation_files) RETURN_IF_ERROR(add_files(options.validation_data, FileRole::kValidation));
+  if (!options.validation_data.empty()) {
+    RETURN_IF_ERROR(add_files(options.validation_data, FileRole::kValidation));
+  }
   if (!spec.split.test_data.empty()) RETURN_IF_ERROR(add_files(spec.split.test_data, FileRole::kTest));
+  return absl::OkStatus();
+}
 
-  const size_t nf = spec.features.size();
-  // What the scan knows before it starts: given boundaries and classes.
-  Stats known;
-  known.features.resize(nf);
-  for (size_t f = 0; f < nf; ++f) known.features[f].boundaries = spec.features[f].boundaries;
-  const Transformer t(spec, known, options.seed);
-  std::vector<Moments> moments(nf);
-  std::vector<std::vector<double>> reservoir(nf);
-  std::vector<int64_t> reservoir_seen(nf, 0);
-  std::mt19937_64 rng(options.seed ^ 0x5ca9ull);
-  std::vector<absl::flat_hash_set<uint64_t>> vocabulary(nf);
-  Moments label_moments;
-  // Multiclass without given classes: the training labels' counts, and where each held-out label
-  // first appears (checked against the classes at the end).
-  const bool collect_classes = spec.label.task == Task::kMulticlass && spec.label.classes.empty();
-  std::map<std::string, int64_t> class_counts;
+// One scan's reading of the rows: each file's marks and counts, the bad rows, and the training
+// split's statistics as they build up (moments, quantile reservoirs, vocabularies, classes), which
+// Finish() turns into the plan's Stats. Used by one thread.
+class Scanner {
+ public:
+  Scanner(const Spec& spec, const ScanOptions& options)
+      : spec_(spec),
+        options_(options),
+        validation_files_(!options.validation_data.empty()),
+        nf_(spec.features.size()),
+        known_(KnownStats(spec)),
+        t_(spec, known_, options.seed),
+        moments_(nf_),
+        reservoir_(nf_),
+        reservoir_seen_(nf_, 0),
+        rng_(options.seed ^ 0x5ca9ull),
+        vocabulary_(nf_),
+        collect_classes_(spec.label.task == Task::kMulticlass && spec.label.classes.empty()) {}
+
+  // Reads `file` (one of plan->files): its header, its rows' splits and checks, its marks; the
+  // training rows' statistics. Errors: as Scan's, for this file.
+  absl::Status ScanFile(FileInfo* file, DataPlan* plan);
+
+  // The statistics into plan->stats; the classes of a multiclass label without given classes
+  // (held-out rows of other labels are bad rows). Errors: kInvalidArgument for too few or too
+  // many classes, or a held-out label the training split lacks (unless skip_bad_rows).
+  absl::Status Finish(DataPlan* plan);
+
+ private:
+  // A held-out label (multiclass without given classes): where it first appears, its rows.
   struct HeldOut {
     std::string where;  // "file:line" of its first row
     int64_t rows[3] = {0, 0, 0};
   };
-  std::map<std::string, HeldOut> held_out_labels;
 
-  for (size_t fi = 0; fi < plan.files.size(); ++fi) {
-    FileInfo& file = plan.files[fi];
-    data::CsvRecordOptions ro;
-    ro.delimiter = spec.delimiter;
-    ASSIGN_OR_RETURN(std::unique_ptr<data::CsvRecordReader> reader,
-                     data::CsvRecordReader::Open(file.path, ro));
-    file.gzip = reader->gzipped();
-    ASSIGN_OR_RETURN(bool any, reader->Next());
-    if (!any) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(file.path, ": empty file (expected a header line)"));
+  // What the scan knows before it starts: given boundaries.
+  static Stats KnownStats(const Spec& spec) {
+    Stats known;
+    known.features.resize(spec.features.size());
+    for (size_t f = 0; f < spec.features.size(); ++f) {
+      known.features[f].boundaries = spec.features[f].boundaries;
     }
-    std::vector<std::string> header(reader->fields().begin(), reader->fields().end());
-    ASSIGN_OR_RETURN(const ColumnMap columns, t.MapColumns(header, file.path));
-    struct stat st;
-    const int64_t bytes = ::stat(file.path.c_str(), &st) == 0 ? st.st_size : 0;
-    const int64_t gap = std::clamp<int64_t>(bytes / 1024, 1, kMarkGap);
-    int64_t last_mark = -kMarkGap;
-    while (true) {
-      ASSIGN_OR_RETURN(any, reader->Next());
-      if (!any) break;
-      const int64_t offset = reader->offset(), line = reader->line();
-      if (file.rows == 0 || offset - last_mark >= gap) {
-        file.marks.push_back({offset, line, file.rows, file.train_rows});
-        last_mark = offset;
-      }
-      ++file.rows;
-      file.end = reader->next_offset();
-      const std::vector<absl::string_view>& fields = reader->fields();
-      // The row's checks; an error names the column and value.
-      Split split = Split::kTrain;
-      absl::Status row = [&]() -> absl::Status {
-        split = SplitOf(spec, t, file, fields, columns, line, options.validation_fraction,
-                        validation_files, options.seed);
-        if (fields.size() != columns.num_fields) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(fields.size(), " fields, the header has ", columns.num_fields));
-        }
-        if (collect_classes) {
-          const absl::string_view text = fields[columns.label];
-          if (t.IsMissing(text)) {
-            return absl::InvalidArgumentError(
-                absl::StrCat("column '", spec.label.column, "': a missing label"));
-          }
-        } else {
-          RETURN_IF_ERROR(t.Label(fields, columns).status());
-        }
-        for (size_t f = 0; f < nf; ++f) {
-          const FeatureSpec& fs = spec.features[f];
-          if (fs.type == FeatureType::kCross) continue;
-          const absl::string_view field = fields[columns.feature_column[f]];
-          if (fs.type == FeatureType::kNumeric) {
-            if (t.IsMissing(field)) continue;
-            double x = 0;
-            if (!ParseNumber(field, &x)) {
-              return absl::InvalidArgumentError(
-                  absl::StrCat("column '", fs.column, "': '", field.substr(0, 40),
-                               "' is not a number"));
-            }
-          } else if (fs.type == FeatureType::kDatetime) {
-            RETURN_IF_ERROR(t.RawValue(static_cast<int>(f), field).status());
-          }
-        }
-        return absl::OkStatus();
-      }();
-      if (!row.ok()) {
-        const std::string what = absl::StrCat(file.path, ":", line, ": ", row.message());
-        if (!options.skip_bad_rows) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(what, " (--bad_rows=skip skips and counts such rows)"));
-        }
-        ++plan.bad_rows;
-        if (plan.bad_row_examples.size() < kBadRowExamples) plan.bad_row_examples.push_back(what);
-        continue;
-      }
-      if (split != Split::kTrain) {
-        if (collect_classes) {
-          HeldOut& h = held_out_labels[std::string(fields[columns.label])];
-          if (h.where.empty()) h.where = absl::StrCat(file.path, ":", line);
-          ++h.rows[static_cast<int>(split)];
-        }
-        ++plan.rows[static_cast<int>(split)];
-        continue;
-      }
-      // A training row: its statistics.
-      ++plan.rows[0];
-      ++file.train_rows;
-      if (collect_classes) {
-        ++class_counts[std::string(fields[columns.label])];
-      } else {
-        label_moments.Add(*t.Label(fields, columns));
-      }
-      for (size_t f = 0; f < nf; ++f) {
-        const FeatureSpec& fs = spec.features[f];
-        if (fs.type == FeatureType::kCross) continue;
-        const absl::string_view field = fields[columns.feature_column[f]];
-        if (fs.type == FeatureType::kNumeric) {
-          double x = 0;
-          if (t.IsMissing(field) || !ParseNumber(field, &x)) continue;
-          if (fs.transform == NumericTransform::kStandardize) moments[f].Add(x);
-          if (fs.quantiles > 0) {
-            ++reservoir_seen[f];
-            if (reservoir[f].size() < kReservoir) {
-              reservoir[f].push_back(x);
-            } else {
-              const uint64_t j = rng() % static_cast<uint64_t>(reservoir_seen[f]);
-              if (j < kReservoir) reservoir[f][j] = x;
-            }
-          }
-        }
-        if (fs.unknown_fraction > 0) {
-          ASSIGN_OR_RETURN(uint64_t v, t.RawValue(static_cast<int>(f), field));
-          vocabulary[f].insert(v);
-          if (vocabulary[f].size() > kMaxVocabulary) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                spec.path, ": feature '", fs.name, "' has over ", kMaxVocabulary,
-                " distinct values in training: unknown_fraction keeps them all; drop it"));
-          }
-        }
-      }
-    }
-    if (file.rows == 0 && file.role == FileRole::kData) {
-      plan.notes.push_back(absl::StrCat(file.path, " has a header and no rows"));
-    }
+    return known;
   }
 
-  // The statistics.
-  plan.stats.features.resize(nf);
-  for (size_t f = 0; f < nf; ++f) {
-    const FeatureSpec& fs = spec.features[f];
-    FeatureStats& st = plan.stats.features[f];
+  // The row's split into *split, and its checks; an error names the column and value.
+  absl::Status CheckRow(const FileInfo& file, const std::vector<absl::string_view>& fields,
+                        const ColumnMap& columns, int64_t line, Split* split) const;
+  // A training row's share of the statistics. Errors: a vocabulary over kMaxVocabulary.
+  absl::Status AddTrainingRow(const std::vector<absl::string_view>& fields,
+                              const ColumnMap& columns);
+  void FinishFeatureStats(DataPlan* plan);
+  absl::Status FinishClasses(DataPlan* plan);
+
+  const Spec& spec_;
+  const ScanOptions& options_;
+  const bool validation_files_;
+  const size_t nf_;
+  const Stats known_;
+  const Transformer t_;  // over known_
+  // The training split's statistics so far, by feature.
+  std::vector<Moments> moments_;
+  std::vector<std::vector<double>> reservoir_;
+  std::vector<int64_t> reservoir_seen_;
+  std::mt19937_64 rng_;
+  std::vector<absl::flat_hash_set<uint64_t>> vocabulary_;
+  Moments label_moments_;
+  // Multiclass without given classes: the training labels' counts, and where each held-out label
+  // first appears (checked against the classes at the end).
+  const bool collect_classes_;
+  std::map<std::string, int64_t> class_counts_;
+  std::map<std::string, HeldOut> held_out_labels_;
+};
+
+absl::Status Scanner::ScanFile(FileInfo* file_ptr, DataPlan* plan) {
+  FileInfo& file = *file_ptr;
+  data::CsvRecordOptions ro;
+  ro.delimiter = spec_.delimiter;
+  ASSIGN_OR_RETURN(std::unique_ptr<data::CsvRecordReader> reader,
+                   data::CsvRecordReader::Open(file.path, ro));
+  file.gzip = reader->gzipped();
+  ASSIGN_OR_RETURN(bool any, reader->Next());
+  if (!any) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file.path, ": empty file (expected a header line)"));
+  }
+  std::vector<std::string> header(reader->fields().begin(), reader->fields().end());
+  ASSIGN_OR_RETURN(const ColumnMap columns, t_.MapColumns(header, file.path));
+  struct stat st;
+  const int64_t bytes = ::stat(file.path.c_str(), &st) == 0 ? st.st_size : 0;
+  const int64_t gap = std::clamp<int64_t>(bytes / 1024, 1, kMarkGap);
+  int64_t last_mark = -kMarkGap;
+  while (true) {
+    ASSIGN_OR_RETURN(any, reader->Next());
+    if (!any) break;
+    const int64_t offset = reader->offset(), line = reader->line();
+    if (file.rows == 0 || offset - last_mark >= gap) {
+      file.marks.push_back({offset, line, file.rows, file.train_rows});
+      last_mark = offset;
+    }
+    ++file.rows;
+    file.end = reader->next_offset();
+    const std::vector<absl::string_view>& fields = reader->fields();
+    Split split = Split::kTrain;
+    absl::Status row = CheckRow(file, fields, columns, line, &split);
+    if (!row.ok()) {
+      const std::string what = absl::StrCat(file.path, ":", line, ": ", row.message());
+      if (!options_.skip_bad_rows) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, " (--bad_rows=skip skips and counts such rows)"));
+      }
+      ++plan->bad_rows;
+      if (plan->bad_row_examples.size() < kBadRowExamples) plan->bad_row_examples.push_back(what);
+      continue;
+    }
+    if (split != Split::kTrain) {
+      if (collect_classes_) {
+        HeldOut& h = held_out_labels_[std::string(fields[columns.label])];
+        if (h.where.empty()) h.where = absl::StrCat(file.path, ":", line);
+        ++h.rows[static_cast<int>(split)];
+      }
+      ++plan->rows[static_cast<int>(split)];
+      continue;
+    }
+    ++plan->rows[0];
+    ++file.train_rows;
+    RETURN_IF_ERROR(AddTrainingRow(fields, columns));
+  }
+  if (file.rows == 0 && file.role == FileRole::kData) {
+    plan->notes.push_back(absl::StrCat(file.path, " has a header and no rows"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Scanner::CheckRow(const FileInfo& file, const std::vector<absl::string_view>& fields,
+                               const ColumnMap& columns, int64_t line, Split* split) const {
+  *split = SplitOf(spec_, t_, file, fields, columns, line, options_.validation_fraction,
+                   validation_files_, options_.seed);
+  if (fields.size() != columns.num_fields) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(fields.size(), " fields, the header has ", columns.num_fields));
+  }
+  if (collect_classes_) {
+    const absl::string_view text = fields[columns.label];
+    if (t_.IsMissing(text)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("column '", spec_.label.column, "': a missing label"));
+    }
+  } else {
+    RETURN_IF_ERROR(t_.Label(fields, columns).status());
+  }
+  for (size_t f = 0; f < nf_; ++f) {
+    const FeatureSpec& fs = spec_.features[f];
+    if (fs.type == FeatureType::kCross) continue;
+    const absl::string_view field = fields[columns.feature_column[f]];
+    if (fs.type == FeatureType::kNumeric) {
+      if (t_.IsMissing(field)) continue;
+      double x = 0;
+      if (!ParseNumber(field, &x)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "column '", fs.column, "': '", field.substr(0, 40), "' is not a number"));
+      }
+    } else if (fs.type == FeatureType::kDatetime) {
+      RETURN_IF_ERROR(t_.RawValue(static_cast<int>(f), field).status());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Scanner::AddTrainingRow(const std::vector<absl::string_view>& fields,
+                                     const ColumnMap& columns) {
+  if (collect_classes_) {
+    ++class_counts_[std::string(fields[columns.label])];
+  } else {
+    label_moments_.Add(*t_.Label(fields, columns));
+  }
+  for (size_t f = 0; f < nf_; ++f) {
+    const FeatureSpec& fs = spec_.features[f];
+    if (fs.type == FeatureType::kCross) continue;
+    const absl::string_view field = fields[columns.feature_column[f]];
+    if (fs.type == FeatureType::kNumeric) {
+      double x = 0;
+      if (t_.IsMissing(field) || !ParseNumber(field, &x)) continue;
+      if (fs.transform == NumericTransform::kStandardize) moments_[f].Add(x);
+      if (fs.quantiles > 0) {
+        ++reservoir_seen_[f];
+        if (reservoir_[f].size() < kReservoir) {
+          reservoir_[f].push_back(x);
+        } else {
+          const uint64_t j = rng_() % static_cast<uint64_t>(reservoir_seen_[f]);
+          if (j < kReservoir) reservoir_[f][j] = x;
+        }
+      }
+    }
+    if (fs.unknown_fraction > 0) {
+      ASSIGN_OR_RETURN(uint64_t v, t_.RawValue(static_cast<int>(f), field));
+      vocabulary_[f].insert(v);
+      if (vocabulary_[f].size() > kMaxVocabulary) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            spec_.path, ": feature '", fs.name, "' has over ", kMaxVocabulary,
+            " distinct values in training: unknown_fraction keeps them all; drop it"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Scanner::Finish(DataPlan* plan) {
+  FinishFeatureStats(plan);
+  if (collect_classes_) return FinishClasses(plan);
+  plan->stats.classes = spec_.label.classes;
+  plan->stats.label_mean = label_moments_.mean;
+  plan->stats.label_stddev = label_moments_.stddev();
+  return absl::OkStatus();
+}
+
+void Scanner::FinishFeatureStats(DataPlan* plan) {
+  plan->stats.features.resize(nf_);
+  for (size_t f = 0; f < nf_; ++f) {
+    const FeatureSpec& fs = spec_.features[f];
+    FeatureStats& st = plan->stats.features[f];
     if (fs.type == FeatureType::kNumeric && fs.transform == NumericTransform::kStandardize) {
-      st.mean = moments[f].mean;
-      st.stddev = moments[f].stddev() > 0 ? moments[f].stddev() : 1;
+      st.mean = moments_[f].mean;
+      st.stddev = moments_[f].stddev() > 0 ? moments_[f].stddev() : 1;
     }
     st.boundaries = fs.boundaries;
     if (fs.quantiles > 0) {
-      std::vector<double>& s = reservoir[f];
+      std::vector<double>& s = reservoir_[f];
       std::sort(s.begin(), s.end());
       for (int k = 1; k < fs.quantiles && !s.empty(); ++k) {
         const double v = s[static_cast<size_t>(k) * s.size() / fs.quantiles];
         if (st.boundaries.empty() || v > st.boundaries.back()) st.boundaries.push_back(v);
       }
     }
-    st.vocabulary = std::move(vocabulary[f]);
+    st.vocabulary = std::move(vocabulary_[f]);
   }
-  if (collect_classes) {
-    if (class_counts.size() < 2 || class_counts.size() > kMaxClasses) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          options.data, ": the training split has ", class_counts.size(),
-          " classes of '", spec.label.column, "'; multiclass needs 2 to ", kMaxClasses));
+}
+
+absl::Status Scanner::FinishClasses(DataPlan* plan) {
+  if (class_counts_.size() < 2 || class_counts_.size() > kMaxClasses) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        options_.data, ": the training split has ", class_counts_.size(), " classes of '",
+        spec_.label.column, "'; multiclass needs 2 to ", kMaxClasses));
+  }
+  for (const auto& [text, count] : class_counts_) {
+    plan->stats.classes.push_back(text);
+    plan->stats.class_rates.push_back(static_cast<double>(count) /
+                                      static_cast<double>(plan->rows[0]));
+  }
+  for (const auto& [text, h] : held_out_labels_) {
+    if (class_counts_.count(text)) continue;
+    const std::string what = absl::StrCat(h.where, ": column '", spec_.label.column, "': '", text,
+                                          "' is not one of the classes the training split has");
+    if (!options_.skip_bad_rows) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " (--bad_rows=skip skips and counts such rows)"));
     }
-    for (const auto& [text, count] : class_counts) {
-      plan.stats.classes.push_back(text);
-      plan.stats.class_rates.push_back(static_cast<double>(count) /
-                                       static_cast<double>(plan.rows[0]));
+    // Counted as bad; the readers' Label() refuses them alike.
+    for (int k = 0; k < 3; ++k) {
+      plan->bad_rows += h.rows[k];
+      plan->rows[k] -= h.rows[k];
     }
-    for (const auto& [text, h] : held_out_labels) {
-      if (class_counts.count(text)) continue;
-      const std::string what = absl::StrCat(h.where, ": column '", spec.label.column, "': '", text,
-                                            "' is not one of the classes the training split has");
-      if (!options.skip_bad_rows) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(what, " (--bad_rows=skip skips and counts such rows)"));
-      }
-      // Counted as bad; the readers' Label() refuses them alike.
-      for (int k = 0; k < 3; ++k) {
-        plan.bad_rows += h.rows[k];
-        plan.rows[k] -= h.rows[k];
-      }
-      if (plan.bad_row_examples.size() < kBadRowExamples) plan.bad_row_examples.push_back(what);
+    if (plan->bad_row_examples.size() < kBadRowExamples) plan->bad_row_examples.push_back(what);
+  }
+  return absl::OkStatus();
+}
+
+// Each of `files`' marks in pieces of about equal training rows: kPiecesPerWorker * `workers`
+// contiguous pieces per file (cut at marks), dealt round-robin, so every worker gets the same
+// number of training rows (to a mark's worth), spread over the whole file (a file sorted by time
+// gives each worker every period).
+void DealPieces(const std::vector<int>& files, int workers, DataPlan* plan) {
+  for (int fi : files) {
+    const FileInfo& f = plan->files[fi];
+    const int pieces = kPiecesPerWorker * workers;
+    std::vector<size_t> starts = {0};
+    for (int k = 1; k < pieces; ++k) {
+      const int64_t target = f.train_rows * k / pieces;
+      // The first mark with at least `target` training rows before it.
+      const size_t m = std::lower_bound(f.marks.begin(), f.marks.end(), target,
+                                        [](const RowMark& mk, int64_t t) {
+                                          return mk.train_before < t;
+                                        }) -
+                       f.marks.begin();
+      starts.push_back(std::max(m, starts.back()));
+    }
+    starts.push_back(f.marks.size());
+    for (int k = 0; k < pieces; ++k) {
+      Chunks(f, fi, starts[k], starts[k + 1], kTrainChunkBytes, &plan->shares[k % workers]);
+    }
+  }
+}
+
+// The workers' shares of the training rows: whole files dealt round-robin when there are at least
+// as many as workers, else pieces of each (DealPieces); a worker whose share has no training rows
+// reads every data file.
+void PlanShares(int workers, DataPlan* plan) {
+  std::vector<int> data_files;
+  for (size_t i = 0; i < plan->files.size(); ++i) {
+    if (plan->files[i].role == FileRole::kData && !plan->files[i].marks.empty()) {
+      data_files.push_back(static_cast<int>(i));
+    }
+  }
+  const int w = workers;
+  plan->shares.assign(w, {});
+  if (static_cast<int>(data_files.size()) >= w) {
+    for (size_t k = 0; k < data_files.size(); ++k) {
+      const FileInfo& f = plan->files[data_files[k]];
+      Chunks(f, data_files[k], 0, f.marks.size(), kTrainChunkBytes, &plan->shares[k % w]);
     }
   } else {
-    plan.stats.classes = spec.label.classes;
-    plan.stats.label_mean = label_moments.mean;
-    plan.stats.label_stddev = label_moments.stddev();
+    DealPieces(data_files, w, plan);
   }
+  for (int k = 0; k < w; ++k) {
+    int64_t train = 0;
+    for (const Range& r : plan->shares[k]) train += r.train_rows;
+    if (train > 0) continue;
+    // Too little data to share: this worker reads all of it (its steps still train).
+    plan->notes.push_back(absl::StrCat("worker ", k, "'s share of the data had no training rows; "
+                                       "it reads all the data files"));
+    plan->shares[k].clear();
+    for (int fi : data_files) {
+      Chunks(plan->files[fi], fi, 0, plan->files[fi].marks.size(), kTrainChunkBytes,
+             &plan->shares[k]);
+    }
+  }
+}
 
+}  // namespace
+
+absl::StatusOr<DataPlan> Scan(const Spec& spec, const ScanOptions& options) {
+  if (options.workers < 1) return absl::InvalidArgumentError("tabular scan: workers < 1");
+  if (!(options.validation_fraction >= 0 && options.validation_fraction < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "validation_fraction ", options.validation_fraction, " is outside [0, 1)"));
+  }
+  DataPlan plan;
+  RETURN_IF_ERROR(ListFiles(spec, options, &plan));
+  Scanner scanner(spec, options);
+  for (FileInfo& file : plan.files) RETURN_IF_ERROR(scanner.ScanFile(&file, &plan));
+  RETURN_IF_ERROR(scanner.Finish(&plan));
   if (plan.rows[0] == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         options.data, ": no training rows (", plan.rows[1], " validation, ", plan.rows[2],
@@ -486,58 +628,7 @@ absl::StatusOr<DataPlan> Scan(const Spec& spec, const ScanOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat(
         options.data, ": no test rows; check the spec's split (", spec.path, ")"));
   }
-
-  // Shares of the training rows.
-  std::vector<int> data_files;
-  for (size_t i = 0; i < plan.files.size(); ++i) {
-    if (plan.files[i].role == FileRole::kData && !plan.files[i].marks.empty()) {
-      data_files.push_back(static_cast<int>(i));
-    }
-  }
-  const int w = options.workers;
-  plan.shares.assign(w, {});
-  if (static_cast<int>(data_files.size()) >= w) {
-    for (size_t k = 0; k < data_files.size(); ++k) {
-      const FileInfo& f = plan.files[data_files[k]];
-      Chunks(f, data_files[k], 0, f.marks.size(), kTrainChunkBytes, &plan.shares[k % w]);
-    }
-  } else {
-    // Each file in kPiecesPerWorker * w contiguous pieces of about equal training rows (cut at
-    // marks), dealt round-robin: every worker gets the same number of training rows (to a mark's
-    // worth), spread over the whole file (a file sorted by time gives each worker every period).
-    for (int fi : data_files) {
-      const FileInfo& f = plan.files[fi];
-      const int pieces = kPiecesPerWorker * w;
-      std::vector<size_t> starts = {0};
-      for (int k = 1; k < pieces; ++k) {
-        const int64_t target = f.train_rows * k / pieces;
-        // The first mark with at least `target` training rows before it.
-        const size_t m = std::lower_bound(f.marks.begin(), f.marks.end(), target,
-                                          [](const RowMark& mk, int64_t t) {
-                                            return mk.train_before < t;
-                                          }) -
-                         f.marks.begin();
-        starts.push_back(std::max(m, starts.back()));
-      }
-      starts.push_back(f.marks.size());
-      for (int k = 0; k < pieces; ++k) {
-        Chunks(f, fi, starts[k], starts[k + 1], kTrainChunkBytes, &plan.shares[k % w]);
-      }
-    }
-  }
-  for (int k = 0; k < w; ++k) {
-    int64_t train = 0;
-    for (const Range& r : plan.shares[k]) train += r.train_rows;
-    if (train > 0) continue;
-    // Too little data to share: this worker reads all of it (its steps still train).
-    plan.notes.push_back(absl::StrCat("worker ", k, "'s share of the data had no training rows; "
-                                      "it reads all the data files"));
-    plan.shares[k].clear();
-    for (int fi : data_files) {
-      Chunks(plan.files[fi], fi, 0, plan.files[fi].marks.size(), kTrainChunkBytes,
-             &plan.shares[k]);
-    }
-  }
+  PlanShares(options.workers, &plan);
   return plan;
 }
 

@@ -38,6 +38,10 @@
 //   multiclass   accuracy, logloss, baseline_accuracy, baseline_logloss, prior_accuracy,
 //                prior_logloss
 // AUC comes from 8192-bin histograms of the predicted probability (its error is far below 1e-3).
+//
+// The coordinator side (this file's unit: the options, the scan, the variables, the Model); the
+// worker side is tabular_model_worker.h, the serving head tabular_model_serving.h, and what the
+// two share of a step (the names, the table sets, the pull) tabular_lookup.h.
 #ifndef PSTRAIN_MODELS_TABULAR_TABULAR_MODEL_H_
 #define PSTRAIN_MODELS_TABULAR_TABULAR_MODEL_H_
 
@@ -45,27 +49,14 @@
 
 #include "absl/status/statusor.h"
 #include "models/model.h"
-#include "models/serving_head.h"
-#include "worker/closure_registry.h"
 
 namespace pstrain {
 
 inline constexpr char kTabularModel[] = "tabular";
 
-// The worker side: closures "tabular/train", "tabular/eval", dataset "tabular/data".
-absl::Status RegisterTabular(ClosureRegistry* registry);
-
 // The coordinator side. Errors: kInvalidArgument for bad options or spec, kNotFound for a missing
 // spec file.
 absl::StatusOr<std::unique_ptr<Model>> CreateTabular(const ModelOptions& options);
-
-// The serving head of a trained tabular model (models/serving_head.h) from its serving config
-// (the spec, the training split's statistics, the seed): it reads the spec's feature columns (not
-// the label) and transforms them as training did; outputs "probability" (binary), "prediction"
-// (regression, in the label's units) or "probability:<class>" per class (multiclass). Errors:
-// kInvalidArgument for a malformed config.
-absl::StatusOr<std::unique_ptr<ServingHead>> CreateTabularServingHead(
-    const std::string& serving_config);
 
 }  // namespace pstrain
 

@@ -92,115 +92,24 @@ double TabularNet::Loss(Task task, int64_t n, int k, const float* logits, const 
 
 absl::Status TabularNet::Run(const NetBatch& batch, const NetParams& params, NetOutput* out,
                              NetGrads* grads) {
-  const int64_t n = batch.n, d = shape_.dim, D = shape_.dense, in = shape_.input();
-  const int F = shape_.features, K = shape_.outputs, S = layout_.num_slots;
-  for (int64_t i = 0; i < n * S; ++i) {
-    if (batch.slot_rows[i] < -1 || batch.slot_rows[i] >= batch.num_unique) {
-      return absl::InvalidArgumentError(absl::StrCat("tabular net: slot row ", batch.slot_rows[i],
-                                                     " outside [0, ", batch.num_unique, ")"));
-    }
-  }
-  // Per example and embedded feature: how many values it has (mean pooling divides by it).
-  std::vector<float> inv_count(n * F, 1.0f);
-  for (int64_t i = 0; i < n; ++i) {
-    for (int e = 0; e < F; ++e) {
-      if (!mean_[e]) continue;
-      int c = 0;
-      for (int s = 0; s < slot_count_[e]; ++s) c += batch.slot_rows[i * S + slot_first_[e] + s] >= 0;
-      inv_count[i * F + e] = c > 0 ? 1.0f / static_cast<float>(c) : 0.0f;
-    }
-  }
+  RETURN_IF_ERROR(CheckSlotRows(batch));
+  const int64_t n = batch.n, d = shape_.dim;
+  const int K = shape_.outputs;
+  const std::vector<float> inv_count = InverseCounts(batch);
   out->logits.assign(n * K, 0.0f);
-
-  // The deep part's input and forward pass.
-  const std::vector<int64_t> widths = shape_.widths();
-  const int layers = static_cast<int>(widths.size()) - 1;
-  std::vector<float> x;
+  std::vector<float> x;  // the deep part's input
   if (shape_.deep) {
-    x.assign(n * in, 0.0f);
-    for (int64_t i = 0; i < n; ++i) {
-      float* xi = x.data() + i * in;
-      for (int e = 0; e < F; ++e) {
-        float* pooled = xi + e * d;
-        for (int s = 0; s < slot_count_[e]; ++s) {
-          const int32_t row = batch.slot_rows[i * S + slot_first_[e] + s];
-          if (row < 0) continue;
-          const float* r = batch.emb + static_cast<int64_t>(row) * d;
-          for (int64_t j = 0; j < d; ++j) pooled[j] += r[j];
-        }
-        if (mean_[e]) {
-          for (int64_t j = 0; j < d; ++j) pooled[j] *= inv_count[i * F + e];
-        }
-      }
-      if (D > 0) std::memcpy(xi + F * d, batch.dense + i * D, sizeof(float) * D);
-      if (shape_.dot) {
-        float* dots = xi + F * d + D;
-        int p = 0;
-        for (int a = 0; a < F; ++a) {
-          for (int b = a + 1; b < F; ++b) {
-            float s = 0;
-            for (int64_t j = 0; j < d; ++j) s += xi[a * d + j] * xi[b * d + j];
-            dots[p++] = s;
-          }
-        }
-      }
-    }
-    // Parameters and input to the device; then the layers.
-    int64_t total = 0;
-    for (int l = 0; l < layers; ++l) total += widths[l] * widths[l + 1] + widths[l + 1];
-    ASSIGN_OR_RETURN(float* dev_params, Scratch(&params_, total));
-    std::vector<float*> w(layers), b(layers);
-    int64_t at = 0;
-    for (int l = 0; l < layers; ++l) {
-      w[l] = dev_params + at;
-      RETURN_IF_ERROR(device_->CopyToDevice(params.w[l], w[l], widths[l] * widths[l + 1] * 4));
-      at += widths[l] * widths[l + 1];
-      b[l] = dev_params + at;
-      RETURN_IF_ERROR(device_->CopyToDevice(params.b[l], b[l], widths[l + 1] * 4));
-      at += widths[l + 1];
-    }
-    act_.resize(layers + 1);
-    std::vector<float*> act(layers + 1);
-    for (int l = 0; l <= layers; ++l) {
-      ASSIGN_OR_RETURN(act[l], Scratch(&act_[l], n * widths[l]));
-    }
-    if (n > 0) {
-      RETURN_IF_ERROR(device_->CopyToDevice(x.data(), act[0], n * in * 4));
-      for (int l = 0; l < layers; ++l) {
-        RETURN_IF_ERROR(device_->Gemm(false, false, n, widths[l + 1], widths[l], 1.0f, act[l],
-                                      widths[l], w[l], widths[l + 1], 0.0f, act[l + 1],
-                                      widths[l + 1]));
-        RETURN_IF_ERROR(device_->BiasAdd(n, widths[l + 1], b[l], act[l + 1]));
-        if (l + 1 < layers) RETURN_IF_ERROR(device_->Relu(n * widths[l + 1], act[l + 1], act[l + 1]));
-      }
-      RETURN_IF_ERROR(device_->CopyToHost(act[layers], out->logits.data(), n * K * 4));
-    }
+    x = DeepInput(batch, inv_count);
+    RETURN_IF_ERROR(DeepForward(x, n, params, out->logits.data()));
   }
-
-  // A wide part's logits: bias + pooled K-wide rows + dense inputs x weights.
-  auto wide_forward = [&](const float* rows, const float* dense_w, const float* bias,
-                          float* logits) {
-    for (int64_t i = 0; i < n; ++i) {
-      float* o = logits + i * K;
-      for (int k = 0; k < K; ++k) o[k] += bias[k];
-      for (int e = 0; e < F; ++e) {
-        const float scale = inv_count[i * F + e];
-        for (int s = 0; s < slot_count_[e]; ++s) {
-          const int32_t row = batch.slot_rows[i * S + slot_first_[e] + s];
-          if (row < 0) continue;
-          for (int k = 0; k < K; ++k) o[k] += scale * rows[static_cast<int64_t>(row) * K + k];
-        }
-      }
-      for (int64_t j = 0; j < D; ++j) {
-        const float v = batch.dense[i * D + j];
-        for (int k = 0; k < K; ++k) o[k] += v * dense_w[j * K + k];
-      }
-    }
-  };
-  if (shape_.wide) wide_forward(batch.wide, params.wide_dense, params.wide_bias, out->logits.data());
+  if (shape_.wide) {
+    WideForward(batch, inv_count, batch.wide, params.wide_dense, params.wide_bias,
+                out->logits.data());
+  }
   if (shape_.baseline) {
     out->base_logits.assign(n * K, 0.0f);
-    wide_forward(batch.base, params.base_dense, params.base_bias, out->base_logits.data());
+    WideForward(batch, inv_count, batch.base, params.base_dense, params.base_bias,
+                out->base_logits.data());
   }
   if (grads == nullptr) return device_->Synchronize();
 
@@ -213,35 +122,17 @@ absl::Status TabularNet::Run(const NetBatch& batch, const NetParams& params, Net
         n > 0 ? Loss(shape_.task, n, K, out->base_logits.data(), batch.labels, bg.data()) / n : 0;
   }
   const float inv_n = n > 0 ? 1.0f / static_cast<float>(n) : 0.0f;
-
-  // A wide part's gradients: rows (summed loss), dense weights and bias (mean loss).
-  auto wide_backward = [&](const std::vector<float>& gr, std::vector<float>* rows,
-                           std::vector<float>* dense_w, std::vector<float>* bias) {
-    rows->assign(batch.num_unique * K, 0.0f);
-    dense_w->assign(D * K, 0.0f);
-    bias->assign(K, 0.0f);
-    for (int64_t i = 0; i < n; ++i) {
-      const float* gi = gr.data() + i * K;
-      for (int k = 0; k < K; ++k) (*bias)[k] += gi[k] * inv_n;
-      for (int e = 0; e < F; ++e) {
-        const float scale = inv_count[i * F + e];
-        for (int s = 0; s < slot_count_[e]; ++s) {
-          const int32_t row = batch.slot_rows[i * S + slot_first_[e] + s];
-          if (row < 0) continue;
-          for (int k = 0; k < K; ++k) (*rows)[static_cast<int64_t>(row) * K + k] += scale * gi[k];
-        }
-      }
-      for (int64_t j = 0; j < D; ++j) {
-        const float v = batch.dense[i * D + j] * inv_n;
-        for (int k = 0; k < K; ++k) (*dense_w)[j * K + k] += v * gi[k];
-      }
-    }
-  };
-  if (shape_.wide) wide_backward(g, &grads->wide, &grads->wide_dense, &grads->wide_bias);
-  if (shape_.baseline) wide_backward(bg, &grads->base, &grads->base_dense, &grads->base_bias);
+  if (shape_.wide) {
+    WideBackward(batch, inv_count, inv_n, g, &grads->wide, &grads->wide_dense, &grads->wide_bias);
+  }
+  if (shape_.baseline) {
+    WideBackward(batch, inv_count, inv_n, bg, &grads->base, &grads->base_dense, &grads->base_bias);
+  }
 
   grads->emb.assign(shape_.deep ? batch.num_unique * d : 0, 0.0f);
   if (!shape_.deep) return absl::OkStatus();
+  const std::vector<int64_t> widths = shape_.widths();
+  const int layers = static_cast<int>(widths.size()) - 1;
   grads->w.resize(layers);
   grads->b.resize(layers);
   for (int l = 0; l < layers; ++l) {
@@ -249,6 +140,165 @@ absl::Status TabularNet::Run(const NetBatch& batch, const NetParams& params, Net
     grads->b[l].assign(widths[l + 1], 0.0f);
   }
   if (n == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::vector<float> dx, DeepBackward(n, g, inv_n, grads));
+  EmbeddingGrads(batch, inv_count, x, &dx, &grads->emb);
+  return absl::OkStatus();
+}
+
+absl::Status TabularNet::CheckSlotRows(const NetBatch& batch) const {
+  const int64_t n = batch.n;
+  const int S = layout_.num_slots;
+  for (int64_t i = 0; i < n * S; ++i) {
+    if (batch.slot_rows[i] < -1 || batch.slot_rows[i] >= batch.num_unique) {
+      return absl::InvalidArgumentError(absl::StrCat("tabular net: slot row ", batch.slot_rows[i],
+                                                     " outside [0, ", batch.num_unique, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<float> TabularNet::InverseCounts(const NetBatch& batch) const {
+  const int64_t n = batch.n;
+  const int F = shape_.features, S = layout_.num_slots;
+  std::vector<float> inv_count(n * F, 1.0f);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int e = 0; e < F; ++e) {
+      if (!mean_[e]) continue;
+      int c = 0;
+      for (int s = 0; s < slot_count_[e]; ++s) c += batch.slot_rows[i * S + slot_first_[e] + s] >= 0;
+      inv_count[i * F + e] = c > 0 ? 1.0f / static_cast<float>(c) : 0.0f;
+    }
+  }
+  return inv_count;
+}
+
+std::vector<float> TabularNet::DeepInput(const NetBatch& batch,
+                                         const std::vector<float>& inv_count) const {
+  const int64_t n = batch.n, d = shape_.dim, D = shape_.dense, in = shape_.input();
+  const int F = shape_.features, S = layout_.num_slots;
+  std::vector<float> x(n * in, 0.0f);
+  for (int64_t i = 0; i < n; ++i) {
+    float* xi = x.data() + i * in;
+    for (int e = 0; e < F; ++e) {
+      float* pooled = xi + e * d;
+      for (int s = 0; s < slot_count_[e]; ++s) {
+        const int32_t row = batch.slot_rows[i * S + slot_first_[e] + s];
+        if (row < 0) continue;
+        const float* r = batch.emb + static_cast<int64_t>(row) * d;
+        for (int64_t j = 0; j < d; ++j) pooled[j] += r[j];
+      }
+      if (mean_[e]) {
+        for (int64_t j = 0; j < d; ++j) pooled[j] *= inv_count[i * F + e];
+      }
+    }
+    if (D > 0) std::memcpy(xi + F * d, batch.dense + i * D, sizeof(float) * D);
+    if (shape_.dot) {
+      float* dots = xi + F * d + D;
+      int p = 0;
+      for (int a = 0; a < F; ++a) {
+        for (int b = a + 1; b < F; ++b) {
+          float s = 0;
+          for (int64_t j = 0; j < d; ++j) s += xi[a * d + j] * xi[b * d + j];
+          dots[p++] = s;
+        }
+      }
+    }
+  }
+  return x;
+}
+
+absl::Status TabularNet::DeepForward(const std::vector<float>& x, int64_t n,
+                                     const NetParams& params, float* logits) {
+  const int64_t in = shape_.input();
+  const int K = shape_.outputs;
+  const std::vector<int64_t> widths = shape_.widths();
+  const int layers = static_cast<int>(widths.size()) - 1;
+  // Parameters and input to the device; then the layers.
+  int64_t total = 0;
+  for (int l = 0; l < layers; ++l) total += widths[l] * widths[l + 1] + widths[l + 1];
+  ASSIGN_OR_RETURN(float* dev_params, Scratch(&params_, total));
+  std::vector<float*> w(layers), b(layers);
+  int64_t at = 0;
+  for (int l = 0; l < layers; ++l) {
+    w[l] = dev_params + at;
+    RETURN_IF_ERROR(device_->CopyToDevice(params.w[l], w[l], widths[l] * widths[l + 1] * 4));
+    at += widths[l] * widths[l + 1];
+    b[l] = dev_params + at;
+    RETURN_IF_ERROR(device_->CopyToDevice(params.b[l], b[l], widths[l + 1] * 4));
+    at += widths[l + 1];
+  }
+  act_.resize(layers + 1);
+  std::vector<float*> act(layers + 1);
+  for (int l = 0; l <= layers; ++l) {
+    ASSIGN_OR_RETURN(act[l], Scratch(&act_[l], n * widths[l]));
+  }
+  if (n == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(device_->CopyToDevice(x.data(), act[0], n * in * 4));
+  for (int l = 0; l < layers; ++l) {
+    RETURN_IF_ERROR(device_->Gemm(false, false, n, widths[l + 1], widths[l], 1.0f, act[l],
+                                  widths[l], w[l], widths[l + 1], 0.0f, act[l + 1],
+                                  widths[l + 1]));
+    RETURN_IF_ERROR(device_->BiasAdd(n, widths[l + 1], b[l], act[l + 1]));
+    if (l + 1 < layers) RETURN_IF_ERROR(device_->Relu(n * widths[l + 1], act[l + 1], act[l + 1]));
+  }
+  return device_->CopyToHost(act[layers], logits, n * K * 4);
+}
+
+void TabularNet::WideForward(const NetBatch& batch, const std::vector<float>& inv_count,
+                             const float* rows, const float* dense_w, const float* bias,
+                             float* logits) const {
+  const int64_t n = batch.n, D = shape_.dense;
+  const int F = shape_.features, K = shape_.outputs, S = layout_.num_slots;
+  for (int64_t i = 0; i < n; ++i) {
+    float* o = logits + i * K;
+    for (int k = 0; k < K; ++k) o[k] += bias[k];
+    for (int e = 0; e < F; ++e) {
+      const float scale = inv_count[i * F + e];
+      for (int s = 0; s < slot_count_[e]; ++s) {
+        const int32_t row = batch.slot_rows[i * S + slot_first_[e] + s];
+        if (row < 0) continue;
+        for (int k = 0; k < K; ++k) o[k] += scale * rows[static_cast<int64_t>(row) * K + k];
+      }
+    }
+    for (int64_t j = 0; j < D; ++j) {
+      const float v = batch.dense[i * D + j];
+      for (int k = 0; k < K; ++k) o[k] += v * dense_w[j * K + k];
+    }
+  }
+}
+
+void TabularNet::WideBackward(const NetBatch& batch, const std::vector<float>& inv_count,
+                              float inv_n, const std::vector<float>& gr, std::vector<float>* rows,
+                              std::vector<float>* dense_w, std::vector<float>* bias) const {
+  const int64_t n = batch.n, D = shape_.dense;
+  const int F = shape_.features, K = shape_.outputs, S = layout_.num_slots;
+  rows->assign(batch.num_unique * K, 0.0f);
+  dense_w->assign(D * K, 0.0f);
+  bias->assign(K, 0.0f);
+  for (int64_t i = 0; i < n; ++i) {
+    const float* gi = gr.data() + i * K;
+    for (int k = 0; k < K; ++k) (*bias)[k] += gi[k] * inv_n;
+    for (int e = 0; e < F; ++e) {
+      const float scale = inv_count[i * F + e];
+      for (int s = 0; s < slot_count_[e]; ++s) {
+        const int32_t row = batch.slot_rows[i * S + slot_first_[e] + s];
+        if (row < 0) continue;
+        for (int k = 0; k < K; ++k) (*rows)[static_cast<int64_t>(row) * K + k] += scale * gi[k];
+      }
+    }
+    for (int64_t j = 0; j < D; ++j) {
+      const float v = batch.dense[i * D + j] * inv_n;
+      for (int k = 0; k < K; ++k) (*dense_w)[j * K + k] += v * gi[k];
+    }
+  }
+}
+
+absl::StatusOr<std::vector<float>> TabularNet::DeepBackward(int64_t n, const std::vector<float>& g,
+                                                            float inv_n, NetGrads* grads) {
+  const int64_t in = shape_.input();
+  const int K = shape_.outputs;
+  const std::vector<int64_t> widths = shape_.widths();
+  const int layers = static_cast<int>(widths.size()) - 1;
   // Backward through the layers, with the mean loss's gradients.
   std::vector<float> gm(n * K);
   for (int64_t i = 0; i < n * K; ++i) gm[i] = g[i] * inv_n;
@@ -281,10 +331,18 @@ absl::Status TabularNet::Run(const NetBatch& batch, const NetParams& params, Net
   }
   std::vector<float> dx(n * in);
   RETURN_IF_ERROR(device_->CopyToHost(grad[0], dx.data(), n * in * 4));
+  return dx;
+}
+
+void TabularNet::EmbeddingGrads(const NetBatch& batch, const std::vector<float>& inv_count,
+                                const std::vector<float>& x, std::vector<float>* dx,
+                                std::vector<float>* emb) const {
+  const int64_t n = batch.n, d = shape_.dim, D = shape_.dense, in = shape_.input();
+  const int F = shape_.features, S = layout_.num_slots;
   // dx is the mean loss's; the tables take the summed loss's: times n.
   const float scale_n = static_cast<float>(n);
   for (int64_t i = 0; i < n; ++i) {
-    float* dxi = dx.data() + i * in;
+    float* dxi = dx->data() + i * in;
     const float* xi = x.data() + i * in;
     if (shape_.dot) {
       const float* ddots = dxi + F * d + D;
@@ -305,12 +363,11 @@ absl::Status TabularNet::Run(const NetBatch& batch, const NetParams& params, Net
       for (int s = 0; s < slot_count_[e]; ++s) {
         const int32_t row = batch.slot_rows[i * S + slot_first_[e] + s];
         if (row < 0) continue;
-        float* gr = grads->emb.data() + static_cast<int64_t>(row) * d;
+        float* gr = emb->data() + static_cast<int64_t>(row) * d;
         for (int64_t j = 0; j < d; ++j) gr[j] += scale * dp[j];
       }
     }
   }
-  return absl::OkStatus();
 }
 
 }  // namespace tabular

@@ -102,6 +102,35 @@ class TabularNet {
  private:
   absl::StatusOr<float*> Scratch(DeviceBuffer* b, int64_t count);
 
+  // Run's steps. `inv_count` is InverseCounts(batch); `x` DeepInput's; the wide parts' (and the
+  // baseline's) rows, dense weights and bias are passed in.
+  // Errors: kInvalidArgument for a slot row outside [-1, num_unique).
+  absl::Status CheckSlotRows(const NetBatch& batch) const;
+  // Per example and embedded feature: 1 / its values (mean pooling; 0 for none), else 1.
+  std::vector<float> InverseCounts(const NetBatch& batch) const;
+  // The deep part's input: the pooled embeddings, the dense inputs, the dot interactions.
+  std::vector<float> DeepInput(const NetBatch& batch, const std::vector<float>& inv_count) const;
+  // The MLP's forward pass on the device into `logits` (n x K, host), keeping the activations.
+  absl::Status DeepForward(const std::vector<float>& x, int64_t n, const NetParams& params,
+                           float* logits);
+  // Adds a wide part's logits: bias + pooled K-wide rows + dense inputs x weights.
+  void WideForward(const NetBatch& batch, const std::vector<float>& inv_count, const float* rows,
+                   const float* dense_w, const float* bias, float* logits) const;
+  // A wide part's gradients from the summed loss's per-row `gr`: rows (summed loss), dense
+  // weights and bias (mean loss).
+  void WideBackward(const NetBatch& batch, const std::vector<float>& inv_count, float inv_n,
+                    const std::vector<float>& gr, std::vector<float>* rows,
+                    std::vector<float>* dense_w, std::vector<float>* bias) const;
+  // Backward through the MLP (after DeepForward) with the mean loss's gradients: grads->w and
+  // grads->b, and the gradient of the deep part's input (n x input, host).
+  absl::StatusOr<std::vector<float>> DeepBackward(int64_t n, const std::vector<float>& g,
+                                                  float inv_n, NetGrads* grads);
+  // The embedding rows' gradients (summed loss) from the input's `dx` (through the dot
+  // interactions, which it adds into `dx`) into `emb`.
+  void EmbeddingGrads(const NetBatch& batch, const std::vector<float>& inv_count,
+                      const std::vector<float>& x, std::vector<float>* dx,
+                      std::vector<float>* emb) const;
+
   Device* const device_;
   const ExampleLayout& layout_;
   const NetShape shape_;

@@ -27,7 +27,8 @@ void AddCall(FuzzInputBuilder* b, absl::string_view method, const google::protob
 
 const std::shared_ptr<const ClosureRegistry>& Registry() {
   static const auto* registry = [] {
-    absl::StatusOr<std::shared_ptr<const ClosureRegistry>> r = TrainingRegistry();
+    absl::StatusOr<std::shared_ptr<const ClosureRegistry>> r =
+        TrainingRegistry(std::make_shared<ReplicaGroups>());
     if (!r.ok()) __builtin_trap();
     return new std::shared_ptr<const ClosureRegistry>(*r);
   }();

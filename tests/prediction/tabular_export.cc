@@ -53,7 +53,8 @@ absl::StatusOr<TrainedTabular> TrainSmallTabular(const std::string& dir,
   o.extra["feature_spec"] = dir + "/spec.json";
   absl::StatusOr<std::unique_ptr<Model>> model = CreateModel("tabular", o);
   if (!model.ok()) return model.status();
-  absl::StatusOr<std::shared_ptr<const ClosureRegistry>> registry = TrainingRegistry();
+  absl::StatusOr<std::shared_ptr<const ClosureRegistry>> registry =
+      TrainingRegistry(std::make_shared<ReplicaGroups>());
   if (!registry.ok()) return registry.status();
 
   InProcessClusterOptions c;
