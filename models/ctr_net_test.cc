@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "common/test_util.h"
@@ -236,6 +237,88 @@ TEST(CtrNetDeviceTest, ReplicatedStep_CudaGroup_MatchesCpuGroup) {
       EXPECT_NEAR(gpu_lr_logits[i], lr_logits[i], 1e-4) << i;
     }
   }
+}
+
+// Two threads stepping on one CUDA replica group at once (as a process's in-process workers share
+// their machine's GPU) each get their own batch's gradients. Skips without a GPU.
+TEST(CtrNetDeviceTest, ReplicatedStep_TwoThreadsShareACudaGroup_EachMatchesCpu) {
+  ReplicaGroupOptions cuda_options;
+  cuda_options.kind = DeviceOptions::Kind::kCuda;
+  cuda_options.num_replicas = 1;
+  auto cuda = ReplicaGroup::Create(cuda_options);
+  if (!cuda.ok()) GTEST_SKIP() << "no CUDA replica group here: " << cuda.status();
+  ReplicaGroupOptions cpu_options;
+  cpu_options.kind = DeviceOptions::Kind::kCpu;
+  cpu_options.num_replicas = 1;
+  auto cpu = ReplicaGroup::Create(cpu_options);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  const CtrNetShape shape;
+  struct Case {
+    int64_t n = 0, num_unique = 0;
+    std::vector<int32_t> index;
+    std::vector<float> emb, lr, w1, b1, w2, b2, lr_bias, labels;
+    std::vector<float> expected;
+    float loss = 0, lr_loss = 0;
+    CtrBatch Batch() const {
+      return {n, num_unique, index.data(), emb.data(), lr.data(), labels.data()};
+    }
+    CtrDenseParams Params() const {
+      return {w1.data(), b1.data(), w2.data(), b2.data(), lr_bias.data()};
+    }
+  };
+  std::vector<Case> cases(2);
+  for (int c = 0; c < 2; ++c) {
+    Case& k = cases[c];
+    std::mt19937 rng(100 + c);
+    std::normal_distribution<float> normal(0, 0.3f);
+    k.n = c == 0 ? 512 : 1024;
+    k.num_unique = 2000 + 500 * c;
+    std::uniform_int_distribution<int32_t> row(0, static_cast<int32_t>(k.num_unique - 1));
+    k.index.resize(k.n * shape.features);
+    for (int32_t& i : k.index) i = row(rng);
+    auto fill = [&](std::vector<float>* v, int64_t size) {
+      v->resize(size);
+      for (float& x : *v) x = normal(rng);
+    };
+    fill(&k.emb, k.num_unique * shape.dim);
+    fill(&k.lr, k.num_unique);
+    fill(&k.w1, shape.w1_size());
+    fill(&k.b1, shape.hidden);
+    fill(&k.w2, shape.hidden);
+    fill(&k.b2, 1);
+    fill(&k.lr_bias, 1);
+    k.labels.resize(k.n);
+    for (int64_t i = 0; i < k.n; ++i) k.labels[i] = static_cast<float>((i + c) % 3 == 0);
+    ASSERT_TRUE(CtrReplicatedStep(cpu->get(), shape, k.Batch(), k.Params(), &k.expected, &k.loss,
+                                  &k.lr_loss)
+                    .ok());
+  }
+  std::vector<int> mismatches(2, 0);
+  std::vector<std::thread> threads;
+  for (int c = 0; c < 2; ++c) {
+    threads.emplace_back([&, c] {
+      const Case& k = cases[c];
+      for (int iteration = 0; iteration < 50; ++iteration) {
+        std::vector<float> grads;
+        float loss = 0, lr_loss = 0;
+        if (!CtrReplicatedStep(cuda->get(), shape, k.Batch(), k.Params(), &grads, &loss,
+                               &lr_loss)
+                 .ok() ||
+            grads.size() != k.expected.size()) {
+          ++mismatches[c];
+          continue;
+        }
+        bool same = std::abs(loss - k.loss) <= 1e-4 + 1e-4 * std::abs(k.loss);
+        for (size_t i = 0; i < grads.size() && same; ++i) {
+          same = std::abs(grads[i] - k.expected[i]) <= 1e-4 + 1e-3 * std::abs(k.expected[i]);
+        }
+        if (!same) ++mismatches[c];
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(mismatches[0], 0) << "of 50 steps of the first thread";
+  EXPECT_EQ(mismatches[1], 0) << "of 50 steps of the second thread";
 }
 
 TEST(CtrGradLayoutTest, TablesThenDenseInOneBuffer) {
