@@ -861,8 +861,24 @@ absl::Status DynamicShard::Export(absl::string_view cursor, int64_t max_keys, bo
                                   ExportResponse* response) const {
   ASSIGN_OR_RETURN(ExportCursor at, ExportCursor::Decode(cursor, kStripes, name()));
   if (max_keys <= 0) max_keys = kDefaultExportKeys;
-  int64_t emitted = 0;
   const int64_t rb = row_bytes();
+  // The reply's fields sized once for the keys it can hold (at most those held now), not grown
+  // record by record.
+  int64_t held = 0;
+  for (int i = at.stripe; i < kStripes; ++i) {
+    const Stripe& s = *stripes_[i];
+    absl::MutexLock lock(&s.mu);
+    held += s.table.live();
+  }
+  const size_t most = static_cast<size_t>(std::min(held, max_keys));
+  response->mutable_keys()->reserve(response->keys().size() + most * 8);
+  response->mutable_values()->reserve(response->values().size() + most * rb);
+  if (with_slots) {
+    response->mutable_slots()->reserve(response->slots().size() + most * rb * num_slots_);
+  }
+  response->mutable_counts()->reserve(response->counts().size() + most * 4);
+  response->mutable_steps()->reserve(response->steps().size() + most * 8);
+  int64_t emitted = 0;
   for (; at.stripe < kStripes; ++at.stripe, at.record = 0) {
     const Stripe& s = *stripes_[at.stripe];
     absl::MutexLock lock(&s.mu);
