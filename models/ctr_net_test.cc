@@ -174,61 +174,102 @@ TEST_F(CtrNetGradientTest, ReplicatedStep_MatchesOneDevice) {
   }
 }
 
-// The flights model's shapes on a GPU's replica group against a CPU's: the same gradients,
-// losses and logits up to float rounding. Skips, saying why, without a GPU (or CUDA build).
-TEST(CtrNetDeviceTest, ReplicatedStep_CudaGroup_MatchesCpuGroup) {
-  ReplicaGroupOptions cuda_options;
-  cuda_options.kind = DeviceOptions::Kind::kCuda;
-  cuda_options.num_replicas = 1;
-  auto cuda = ReplicaGroup::Create(cuda_options);
-  if (!cuda.ok()) GTEST_SKIP() << "no CUDA replica group here: " << cuda.status();
-  ReplicaGroupOptions cpu_options;
-  cpu_options.kind = DeviceOptions::Kind::kCpu;
-  cpu_options.num_replicas = 1;
-  auto cpu = ReplicaGroup::Create(cpu_options);
-  ASSERT_TRUE(cpu.ok()) << cpu.status();
-  const CtrNetShape shape;  // 14 features x 16 wide, 64 hidden
-  std::mt19937 rng(11);
-  std::normal_distribution<float> normal(0, 0.1f);
+// A CUDA replica group (one GPU) and a CPU one, for checks of the GPU against the CPU; the tests
+// skip, saying why, without a GPU (or a CUDA build).
+class CtrNetDeviceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ReplicaGroupOptions options;
+    options.kind = DeviceOptions::Kind::kCuda;
+    options.num_replicas = 1;
+    auto cuda = ReplicaGroup::Create(options);
+    if (!cuda.ok()) GTEST_SKIP() << "no CUDA replica group here: " << cuda.status();
+    cuda_ = *std::move(cuda);
+    options.kind = DeviceOptions::Kind::kCpu;
+    auto cpu = ReplicaGroup::Create(options);
+    ASSERT_TRUE(cpu.ok()) << cpu.status();
+    cpu_ = *std::move(cpu);
+  }
+
+  // A random batch of `n` examples over `num_unique` rows, random parameters (normal, `sigma`),
+  // and the CPU group's step on it.
+  struct Case {
+    int64_t n = 0, num_unique = 0;
+    std::vector<int32_t> index;
+    std::vector<float> emb, lr, w1, b1, w2, b2, lr_bias, labels;
+    std::vector<float> expected;  // the CPU's gradients
+    float loss = 0, lr_loss = 0;  // and losses
+    CtrBatch Batch() const {
+      return {n, num_unique, index.data(), emb.data(), lr.data(), labels.data()};
+    }
+    CtrDenseParams Params() const {
+      return {w1.data(), b1.data(), w2.data(), b2.data(), lr_bias.data()};
+    }
+  };
+  Case MakeCase(int64_t n, int64_t num_unique, float sigma, uint32_t seed) {
+    Case k;
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0, sigma);
+    k.n = n;
+    k.num_unique = num_unique;
+    std::uniform_int_distribution<int32_t> row(0, static_cast<int32_t>(num_unique - 1));
+    k.index.resize(n * shape_.features);
+    for (int32_t& i : k.index) i = row(rng);
+    auto fill = [&](std::vector<float>* v, int64_t size) {
+      v->resize(size);
+      for (float& x : *v) x = normal(rng);
+    };
+    fill(&k.emb, num_unique * shape_.dim);
+    fill(&k.lr, num_unique);
+    fill(&k.w1, shape_.w1_size());
+    fill(&k.b1, shape_.hidden);
+    fill(&k.w2, shape_.hidden);
+    fill(&k.b2, 1);
+    fill(&k.lr_bias, 1);
+    k.labels.resize(n);
+    for (int64_t i = 0; i < n; ++i) k.labels[i] = static_cast<float>((i + seed) % 3 == 0);
+    EXPECT_TRUE(CtrReplicatedStep(cpu_.get(), shape_, k.Batch(), k.Params(), &k.expected, &k.loss,
+                                  &k.lr_loss)
+                    .ok());
+    return k;
+  }
+
+  const CtrNetShape shape_;  // the flights model's: 14 features x 16 wide, 64 hidden
+  std::unique_ptr<ReplicaGroup> cuda_;
+  std::unique_ptr<ReplicaGroup> cpu_;
+};
+
+// The flights model's shapes on the GPU: the same gradients, losses and logits as on the CPU, up to
+// float rounding.
+TEST_F(CtrNetDeviceTest, ReplicatedStep_CudaGroup_MatchesCpuGroup) {
   for (const int64_t n : {int64_t{7}, int64_t{256}, int64_t{1024}}) {
     SCOPED_TRACE(testing::Message() << n << " examples");
-    const int64_t num_unique = std::min<int64_t>(n * shape.features, 3000);
-    std::uniform_int_distribution<int32_t> row(0, static_cast<int32_t>(num_unique - 1));
-    std::vector<int32_t> index(n * shape.features);
-    for (int32_t& i : index) i = row(rng);
-    auto fill = [&](int64_t size) {
-      std::vector<float> v(size);
-      for (float& x : v) x = normal(rng);
-      return v;
-    };
-    const std::vector<float> emb = fill(num_unique * shape.dim), lr = fill(num_unique),
-                             w1 = fill(shape.w1_size()), b1 = fill(shape.hidden),
-                             w2 = fill(shape.hidden), b2 = fill(1), lr_bias = fill(1);
-    std::vector<float> labels(n);
-    for (int64_t i = 0; i < n; ++i) labels[i] = static_cast<float>(i % 3 == 0);
-    const CtrBatch batch{n, num_unique, index.data(), emb.data(), lr.data(), labels.data()};
-    const CtrDenseParams params{w1.data(), b1.data(), w2.data(), b2.data(), lr_bias.data()};
-    std::vector<float> expected, grads;
-    float loss = 0, lr_loss = 0, gpu_loss = 0, gpu_lr_loss = 0;
-    ASSERT_TRUE(CtrReplicatedStep(cpu->get(), shape, batch, params, &expected, &loss, &lr_loss).ok());
+    const Case k = MakeCase(n, std::min<int64_t>(n * shape_.features, 3000), /*sigma=*/0.1f,
+                            /*seed=*/11);
+    std::vector<float> grads;
+    float loss = 0, lr_loss = 0;
     ASSERT_TRUE(
-        CtrReplicatedStep(cuda->get(), shape, batch, params, &grads, &gpu_loss, &gpu_lr_loss).ok());
-    EXPECT_NEAR(gpu_loss, loss, 1e-5 + 1e-5 * std::abs(loss));
-    EXPECT_NEAR(gpu_lr_loss, lr_loss, 1e-5 + 1e-5 * std::abs(lr_loss));
-    ASSERT_EQ(grads.size(), expected.size());
-    const CtrGradLayout layout(shape, num_unique);
+        CtrReplicatedStep(cuda_.get(), shape_, k.Batch(), k.Params(), &grads, &loss, &lr_loss)
+            .ok());
+    EXPECT_NEAR(loss, k.loss, 1e-5 + 1e-5 * std::abs(k.loss));
+    EXPECT_NEAR(lr_loss, k.lr_loss, 1e-5 + 1e-5 * std::abs(k.lr_loss));
+    ASSERT_EQ(grads.size(), k.expected.size());
+    const CtrGradLayout layout(shape_, k.num_unique);
     int reported = 0;
     for (size_t i = 0; i < grads.size(); ++i) {
-      if (std::abs(grads[i] - expected[i]) > 1e-5 + 1e-3 * std::abs(expected[i]) && reported++ < 10) {
+      if (std::abs(grads[i] - k.expected[i]) > 1e-5 + 1e-3 * std::abs(k.expected[i]) &&
+          reported++ < 10) {
         ADD_FAILURE() << "gradient " << i << " (emb at 0, lr at " << layout.lr << ", w1 at "
                       << layout.w1 << ", b1 at " << layout.b1 << ", w2 at " << layout.w2
                       << ", b2 at " << layout.b2 << ", lr_bias at " << layout.lr_bias
-                      << "): gpu " << grads[i] << ", cpu " << expected[i];
+                      << "): gpu " << grads[i] << ", cpu " << k.expected[i];
       }
     }
     std::vector<float> logits, lr_logits, gpu_logits, gpu_lr_logits;
-    ASSERT_TRUE(CtrReplicatedForward(cpu->get(), shape, batch, params, &logits, &lr_logits).ok());
-    ASSERT_TRUE(CtrReplicatedForward(cuda->get(), shape, batch, params, &gpu_logits, &gpu_lr_logits)
+    ASSERT_TRUE(
+        CtrReplicatedForward(cpu_.get(), shape_, k.Batch(), k.Params(), &logits, &lr_logits).ok());
+    ASSERT_TRUE(CtrReplicatedForward(cuda_.get(), shape_, k.Batch(), k.Params(), &gpu_logits,
+                                     &gpu_lr_logits)
                     .ok());
     ASSERT_EQ(gpu_logits.size(), logits.size());
     ASSERT_EQ(gpu_lr_logits.size(), lr_logits.size());
@@ -240,68 +281,19 @@ TEST(CtrNetDeviceTest, ReplicatedStep_CudaGroup_MatchesCpuGroup) {
 }
 
 // Two threads stepping on one CUDA replica group at once (as a process's in-process workers share
-// their machine's GPU) each get their own batch's gradients. Skips without a GPU.
-TEST(CtrNetDeviceTest, ReplicatedStep_TwoThreadsShareACudaGroup_EachMatchesCpu) {
-  ReplicaGroupOptions cuda_options;
-  cuda_options.kind = DeviceOptions::Kind::kCuda;
-  cuda_options.num_replicas = 1;
-  auto cuda = ReplicaGroup::Create(cuda_options);
-  if (!cuda.ok()) GTEST_SKIP() << "no CUDA replica group here: " << cuda.status();
-  ReplicaGroupOptions cpu_options;
-  cpu_options.kind = DeviceOptions::Kind::kCpu;
-  cpu_options.num_replicas = 1;
-  auto cpu = ReplicaGroup::Create(cpu_options);
-  ASSERT_TRUE(cpu.ok()) << cpu.status();
-  const CtrNetShape shape;
-  struct Case {
-    int64_t n = 0, num_unique = 0;
-    std::vector<int32_t> index;
-    std::vector<float> emb, lr, w1, b1, w2, b2, lr_bias, labels;
-    std::vector<float> expected;
-    float loss = 0, lr_loss = 0;
-    CtrBatch Batch() const {
-      return {n, num_unique, index.data(), emb.data(), lr.data(), labels.data()};
-    }
-    CtrDenseParams Params() const {
-      return {w1.data(), b1.data(), w2.data(), b2.data(), lr_bias.data()};
-    }
-  };
-  std::vector<Case> cases(2);
-  for (int c = 0; c < 2; ++c) {
-    Case& k = cases[c];
-    std::mt19937 rng(100 + c);
-    std::normal_distribution<float> normal(0, 0.3f);
-    k.n = c == 0 ? 512 : 1024;
-    k.num_unique = 2000 + 500 * c;
-    std::uniform_int_distribution<int32_t> row(0, static_cast<int32_t>(k.num_unique - 1));
-    k.index.resize(k.n * shape.features);
-    for (int32_t& i : k.index) i = row(rng);
-    auto fill = [&](std::vector<float>* v, int64_t size) {
-      v->resize(size);
-      for (float& x : *v) x = normal(rng);
-    };
-    fill(&k.emb, k.num_unique * shape.dim);
-    fill(&k.lr, k.num_unique);
-    fill(&k.w1, shape.w1_size());
-    fill(&k.b1, shape.hidden);
-    fill(&k.w2, shape.hidden);
-    fill(&k.b2, 1);
-    fill(&k.lr_bias, 1);
-    k.labels.resize(k.n);
-    for (int64_t i = 0; i < k.n; ++i) k.labels[i] = static_cast<float>((i + c) % 3 == 0);
-    ASSERT_TRUE(CtrReplicatedStep(cpu->get(), shape, k.Batch(), k.Params(), &k.expected, &k.loss,
-                                  &k.lr_loss)
-                    .ok());
-  }
-  std::vector<int> mismatches(2, 0);
+// their machine's GPU) each get their own batch's gradients.
+TEST_F(CtrNetDeviceTest, ReplicatedStep_TwoThreadsShareACudaGroup_EachMatchesCpu) {
+  const std::vector<Case> cases = {MakeCase(512, 2000, /*sigma=*/0.3f, /*seed=*/100),
+                                   MakeCase(1024, 2500, /*sigma=*/0.3f, /*seed=*/101)};
+  std::vector<int> mismatches(cases.size(), 0);
   std::vector<std::thread> threads;
-  for (int c = 0; c < 2; ++c) {
+  for (size_t c = 0; c < cases.size(); ++c) {
     threads.emplace_back([&, c] {
       const Case& k = cases[c];
       for (int iteration = 0; iteration < 50; ++iteration) {
         std::vector<float> grads;
         float loss = 0, lr_loss = 0;
-        if (!CtrReplicatedStep(cuda->get(), shape, k.Batch(), k.Params(), &grads, &loss,
+        if (!CtrReplicatedStep(cuda_.get(), shape_, k.Batch(), k.Params(), &grads, &loss,
                                &lr_loss)
                  .ok() ||
             grads.size() != k.expected.size()) {

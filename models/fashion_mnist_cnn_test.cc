@@ -18,18 +18,13 @@
 #include "models/data/image_splits.h"
 #include "models/fashion_mnist_cnn_worker.h"
 #include "worker/closure_registry.h"
+#include "models/model_test_util.h"
 
 namespace pstrain {
 namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-
-ModelOptions WithExtra(std::map<std::string, std::string> extra) {
-  ModelOptions options;
-  options.extra = std::move(extra);
-  return options;
-}
 
 // ---- Options -----------------------------------------------------------------------------------
 

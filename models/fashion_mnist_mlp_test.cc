@@ -3,18 +3,13 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "common/test_util.h"
+#include "models/model_test_util.h"
 
 namespace pstrain {
 namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-
-ModelOptions WithExtra(std::map<std::string, std::string> extra) {
-  ModelOptions options;
-  options.extra = std::move(extra);
-  return options;
-}
 
 TEST(FashionMnistMlpOptionsTest, Defaults_Ok) {
   auto model = CreateFashionMnistMlp(ModelOptions{});

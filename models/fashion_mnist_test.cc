@@ -10,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/batches.h"
+#include "models/model_test_util.h"
 
 namespace pstrain {
 namespace {
@@ -31,12 +32,6 @@ FashionMnistModelDef ToyDef() {
 absl::StatusOr<FashionMnistConfig> Read(const ModelOptions& options) {
   ExtraOptions extra("toy", options.extra);
   return ReadFashionMnistConfig(ToyDef(), options, &extra);
-}
-
-ModelOptions WithExtra(std::map<std::string, std::string> extra) {
-  ModelOptions options;
-  options.extra = std::move(extra);
-  return options;
 }
 
 TEST(FashionMnistConfigTest, Defaults_TheModelsAndTheFirstOptimizers) {

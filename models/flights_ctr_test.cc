@@ -3,18 +3,13 @@
 #include "common/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "models/model_test_util.h"
 
 namespace pstrain {
 namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-
-ModelOptions WithExtra(std::map<std::string, std::string> extra) {
-  ModelOptions options;
-  options.extra = std::move(extra);
-  return options;
-}
 
 TEST(FlightsCtrOptionsTest, Defaults) {
   auto config = FlightsCtrConfigFromOptions(ModelOptions{});
