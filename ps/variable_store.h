@@ -3,14 +3,12 @@
 #ifndef PSTRAIN_PS_VARIABLE_STORE_H_
 #define PSTRAIN_PS_VARIABLE_STORE_H_
 
-#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/thread_pool.h"
