@@ -1,6 +1,6 @@
 // The transport-security flags every binary takes (ps, worker, the coordinator): --tls_cert,
 // --tls_key, --tls_ca (mutual TLS) and --auth_token_file (a shared token). See
-// common/transport_security.h and the README's Security section.
+// common/transport_security.h and docs/security.md.
 #ifndef PSTRAIN_CLUSTER_SECURITY_FLAGS_H_
 #define PSTRAIN_CLUSTER_SECURITY_FLAGS_H_
 

@@ -152,7 +152,7 @@ absl::StatusOr<StartedServer> StartGrpcServer(const std::string& address,
   if (!security->tls() && security->auth_token.empty() && !IsLoopbackHost(host)) {
     LOG(WARNING) << "listening on " << started.address
                  << " beyond loopback with neither TLS nor a token: anyone who can reach this "
-                    "port can read and change the model (see README, Security: --tls_cert, "
+                    "port can read and change the model (see docs/security.md: --tls_cert, "
                     "--tls_key, --tls_ca, --auth_token_file)";
   }
   return started;

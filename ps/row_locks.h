@@ -68,7 +68,8 @@ class RowLockGuard {
 
 // Lets one batch of row operations on a shard skip the row locks while no other operation could
 // see or change its rows. On one thread the locks cost little, but with two threads on one request
-// a sparse apply ran ~40% faster without them (see README, "Speed").
+// a sparse apply ran ~40% faster without them (docs/benchmarks.md, "Measurements behind the ps
+// design").
 //
 // A batch is a reader (it only reads rows) or a writer. A writer whose pieces run at once must give
 // them distinct rows (a sparse apply sums repeated ids first). At most one batch bypasses at a

@@ -98,7 +98,8 @@ ABSL_FLAG(std::string, lr_schedule, "constant",
           "train: the learning rate as a function of the step, relative to each optimizer's rate: "
           "constant; exponential:decay_steps=N,decay_rate=R[,staircase]; "
           "piecewise:boundaries=B0+B1,scales=S0+S1+S2; "
-          "cosine:decay_steps=N[,alpha=A][,warmup_steps=W[,warmup_from=F]] (see README).");
+          "cosine:decay_steps=N[,alpha=A][,warmup_steps=W[,warmup_from=F]] "
+          "(see docs/training.md).");
 ABSL_FLAG(int64_t, embedding_dim, 0, "train: embedding width (0: the model's default).");
 ABSL_FLAG(double, validation_fraction, 0.1,
           "train: the fraction of the training data held out for validation (seeded; 0: none).");
@@ -127,7 +128,8 @@ ABSL_FLAG(std::string, user_col, "", "movielens_mf: the user column (default use
 ABSL_FLAG(std::string, item_col, "", "movielens_mf: the item column (default movieId).");
 ABSL_FLAG(std::string, rating_col, "", "movielens_mf: the rating column (default rating).");
 ABSL_FLAG(std::string, feature_spec, "",
-          "tabular: the JSON feature spec (label, features, split, model; see README).");
+          "tabular: the JSON feature spec (label, features, split, model; "
+          "see docs/feature-spec.md).");
 ABSL_FLAG(std::string, bad_rows, "",
           "tabular: error (default: the first bad row stops the job, naming its file, line and "
           "column) or skip (such rows are skipped and counted in the summary).");

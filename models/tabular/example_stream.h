@@ -11,7 +11,7 @@
 // every epoch then draws a fresh permutation of it (tf.data's cache + a full shuffle: no file is
 // read again). Otherwise every epoch streams the share again. So a worker's memory for data is at
 // most shuffle_buffer * (8 * slots + 4 * dense inputs + 4) bytes plus interleave * 80 KiB,
-// whatever the data's size (the README's "Data larger than memory").
+// whatever the data's size (docs/feature-spec.md, "Data larger than a worker's memory").
 //
 // One epoch of a worker is one pass over its share (data_plan.h); the first Next() starts at the
 // epoch the step it is asked for falls in (a worker that starts or restarts mid-job begins that

@@ -1,6 +1,6 @@
 // The feature spec of the tabular model (models/tabular/tabular_model.h): a JSON file naming the
 // label and the task, the features made from a CSV's columns, the split and the model. Every field
-// is documented in the README ("Training on your own data"); an example:
+// is documented in docs/feature-spec.md; an example:
 //
 //   {
 //     "label": {"column": "CARAVAN", "task": "binary",

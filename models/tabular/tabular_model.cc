@@ -371,7 +371,7 @@ absl::StatusOr<std::unique_ptr<Model>> CreateTabular(const ModelOptions& options
   auto bad = [](absl::string_view what) {
     return absl::InvalidArgumentError(absl::StrCat(kTabularModel, ": ", what));
   };
-  if (c.spec_path.empty()) return bad("--feature_spec=FILE is required (see the README)");
+  if (c.spec_path.empty()) return bad("--feature_spec=FILE is required (see docs/feature-spec.md)");
   if (options.data.empty()) return bad("--data=FILE, DIRECTORY or GLOB is required");
   if (bad_rows != "error" && bad_rows != "skip") {
     return bad(absl::StrCat("--bad_rows=", bad_rows, " is not error or skip"));
