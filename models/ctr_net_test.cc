@@ -234,7 +234,7 @@ class CtrNetDeviceTest : public ::testing::Test {
     return k;
   }
 
-  const CtrNetShape shape_;  // the flights model's: 14 features x 16 wide, 64 hidden
+  const CtrNetShape shape_{};  // the flights model's: 14 features x 16 wide, 64 hidden
   std::unique_ptr<ReplicaGroup> cuda_;
   std::unique_ptr<ReplicaGroup> cpu_;
 };
