@@ -14,6 +14,8 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <deque>
+#include <limits>
 #include <set>
 #include <map>
 #include <thread>
@@ -62,6 +64,46 @@ bool ReadFull(int fd, char* out, size_t n) {
     } else {
       return false;
     }
+  }
+  return true;
+}
+
+// Reads exactly n bytes by `deadline`; false at EOF, on an error, or when the deadline passes
+// first (*timed_out is then set).
+bool ReadFullBy(int fd, char* out, size_t n, absl::Time deadline, bool* timed_out) {
+  *timed_out = false;
+  while (n > 0) {
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      *timed_out = true;
+      return false;
+    }
+    pollfd p{fd, POLLIN, 0};
+    const int ready =
+        ::poll(&p, 1, static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1,
+                                                          std::numeric_limits<int>::max())));
+    if (ready < 0 && errno != EINTR) return false;
+    if (ready <= 0) continue;
+    const ssize_t got = ::recv(fd, out, n, MSG_DONTWAIT);
+    if (got > 0) {
+      out += got;
+      n -= static_cast<size_t>(got);
+    } else if (got < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) {
+      continue;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Reads and drops n bytes by `deadline`, through a small buffer; false as ReadFullBy.
+bool DiscardBy(int fd, uint64_t n, absl::Time deadline, bool* timed_out) {
+  char scratch[64 << 10];
+  while (n > 0) {
+    const size_t chunk = static_cast<size_t>(std::min<uint64_t>(n, sizeof(scratch)));
+    if (!ReadFullBy(fd, scratch, chunk, deadline, timed_out)) return false;
+    n -= chunk;
   }
   return true;
 }
@@ -210,25 +252,56 @@ class RawTcpServerImpl final : public RawTcpServer {
         ::close(fd);
         return;
       }
+      // Too many connections still saying hello: the oldest goes (its thread sees its socket shut
+      // down), so silent connections can't keep new ones out.
+      if (static_cast<int>(tracker_->handshaking.size()) >= std::max(1, options_.max_handshaking)) {
+        const int oldest = tracker_->handshaking.front();
+        tracker_->handshaking.pop_front();
+        ::shutdown(oldest, SHUT_RDWR);
+      }
       tracker_->open.insert(fd);
+      tracker_->handshaking.push_back(fd);
       std::thread([this, fd, tracker = tracker_] {
         Serve(fd);
         absl::MutexLock lock(&tracker->mu);
         ::close(fd);
         tracker->open.erase(fd);
+        auto it = std::find(tracker->handshaking.begin(), tracker->handshaking.end(), fd);
+        if (it != tracker->handshaking.end()) tracker->handshaking.erase(it);
       }).detach();
     }
   }
 
-  // Answers the hello; false (the connection to be closed) when refused.
+  // After a hello: whether the connection may be served (taking a place among max_connections);
+  // no longer counted among those saying hello.
+  bool TakeConnection(int fd) {
+    absl::MutexLock lock(&tracker_->mu);
+    auto it = std::find(tracker_->handshaking.begin(), tracker_->handshaking.end(), fd);
+    if (it != tracker_->handshaking.end()) tracker_->handshaking.erase(it);
+    if (tracker_->served >= options_.max_connections) return false;
+    ++tracker_->served;
+    return true;
+  }
+  void GiveConnection() {
+    absl::MutexLock lock(&tracker_->mu);
+    --tracker_->served;
+  }
+
+  // Answers the hello (within handshake_timeout); false (the connection to be closed) when
+  // refused. True means the connection took a place among max_connections (GiveConnection).
   bool Handshake(int fd) {
+    const absl::Time deadline = absl::Now() + options_.handshake_timeout;
+    bool timed_out = false;
     char hello[12];
-    if (!ReadFull(fd, hello, sizeof(hello)) || std::memcmp(hello, kHello, 4) != 0) return false;
+    if (!ReadFullBy(fd, hello, sizeof(hello), deadline, &timed_out) ||
+        std::memcmp(hello, kHello, 4) != 0) {
+      return false;
+    }
     const uint32_t version = Get<uint32_t>(hello + 4);
     const uint32_t token_bytes = Get<uint32_t>(hello + 8);
     if (token_bytes > kMaxToken) return false;
     std::string token(token_bytes, '\0');
-    if (!ReadFull(fd, token.data(), token_bytes)) return false;
+    if (!ReadFullBy(fd, token.data(), token_bytes, deadline, &timed_out)) return false;
     absl::Status verdict;
     if (version != kVersion) {
       verdict = absl::FailedPreconditionError(absl::StrCat(
@@ -236,6 +309,10 @@ class RawTcpServerImpl final : public RawTcpServer {
     } else if (!options_.token.empty() && !ConstantTimeEqual(token, options_.token)) {
       verdict = absl::UnauthenticatedError(
           absl::StrCat("data plane of ", options_.service_name, ": wrong or missing token"));
+    } else if (!TakeConnection(fd)) {
+      verdict = absl::ResourceExhaustedError(absl::StrCat(
+          "data plane of ", options_.service_name, ": ", options_.max_connections,
+          " connections are served already (its max_connections); try again later"));
     }
     const std::string message(verdict.message());
     char header[12];
@@ -248,8 +325,33 @@ class RawTcpServerImpl final : public RawTcpServer {
 
   void Serve(int fd) {
     if (!Handshake(fd)) return;
+    ServeRequests(fd);
+    GiveConnection();
+  }
+
+  // Answers request `id` with an error now.
+  void Refuse(int fd, uint64_t id, const absl::Status& status) {
+    const std::string message(status.message().substr(0, kMaxMessage));
+    char head[kReplyHeader];
+    std::memcpy(head, kReply, 4);
+    Put<uint32_t>(head + 4, static_cast<uint32_t>(status.code()));
+    Put<uint64_t>(head + 8, id);
+    Put<uint32_t>(head + 16, static_cast<uint32_t>(message.size()));
+    Put<uint64_t>(head + 20, 0);
+    WriteAll(fd, {Iov(head, sizeof(head)), Iov(message.data(), message.size())});
+  }
+
+  void ServeRequests(int fd) {
     char header[kRequestHeader];
-    while (ReadFull(fd, header, sizeof(header))) {
+    // Between requests a connection may idle; once a header starts, it and the request's bytes
+    // must arrive in time.
+    while (ReadFull(fd, header, 1)) {
+      absl::Time deadline = absl::Now() + options_.request_timeout;
+      bool timed_out = false;
+      if (!ReadFullBy(fd, header + 1, sizeof(header) - 1, deadline, &timed_out)) {
+        if (timed_out) LOG(WARNING) << "data plane: a request header did not arrive in time";
+        return;
+      }
       if (std::memcmp(header, kRequest, 4) != 0) {
         LOG(WARNING) << "data plane: a frame without its magic; closing the connection";
         return;
@@ -260,16 +362,45 @@ class RawTcpServerImpl final : public RawTcpServer {
       if (bytes > static_cast<uint64_t>(options_.max_request_bytes)) {
         LOG(WARNING) << "data plane: a request of " << bytes << " bytes (over "
                      << options_.max_request_bytes << "); closing the connection";
+        Refuse(fd, id, absl::ResourceExhaustedError(absl::StrCat(
+                           "data plane of ", options_.service_name, ": a request of ", bytes,
+                           " bytes is over its max_request_bytes of ",
+                           options_.max_request_bytes)));
         return;
       }
+      deadline += absl::Seconds(static_cast<double>(bytes) /
+                                std::max<int64_t>(1, options_.min_request_bytes_per_second));
+      // Held until the request's bytes are dropped (the handler has returned).
+      MemoryAccount::Admission admission;
+      if (options_.account != nullptr) {
+        absl::StatusOr<MemoryAccount::Admission> admitted = options_.account->Admit(
+            static_cast<int64_t>(bytes), options_.admission_wait,
+            absl::StrCat("a request to the data plane of ", options_.service_name));
+        if (!admitted.ok()) {
+          // Refused before its bytes are read; they are read and dropped, the connection goes on.
+          Refuse(fd, id, admitted.status());
+          if (!DiscardBy(fd, bytes, deadline, &timed_out)) return;
+          continue;
+        }
+        admission = *std::move(admitted);
+        // The wait for room doesn't count against the request's own time.
+        deadline = std::max(deadline, absl::Now() + options_.request_timeout);
+      }
       std::unique_ptr<char[]> request(new char[bytes == 0 ? 1 : bytes]);
-      if (!ReadFull(fd, request.get(), bytes)) return;
+      if (!ReadFullBy(fd, request.get(), bytes, deadline, &timed_out)) {
+        if (timed_out) {
+          LOG(WARNING) << "data plane: a request of " << bytes << " bytes did not arrive in time; "
+                       << "closing the connection";
+        }
+        return;
+      }
       // The reply, sent whole after the handler returns or, when it calls Ready, partly while it
       // still works on the rest: the header (with the size it allocated) and the bytes ready go
       // out as far as the socket takes them without waiting (so a slow reader never holds up the
       // handler, which may hold a shard's rows meanwhile); the rest after it returns.
       std::unique_ptr<char[]> reply;
       size_t reply_bytes = 0;
+      MemoryAccount::Admission reply_charge;  // the reply's bytes, until sent
       char head[kReplyHeader];
       size_t head_sent = 0;   // of a streamed reply's header; > 0: the call must succeed
       size_t sent = 0;        // of a streamed reply's bytes
@@ -302,6 +433,9 @@ class RawTcpServerImpl final : public RawTcpServer {
       const bool alone = serving_.fetch_add(1) == 0;
       const ReplyAllocator allocator(
           [&](size_t n) -> char* {
+            if (options_.account != nullptr) {
+              reply_charge = options_.account->Charge(static_cast<int64_t>(n));
+            }
             reply.reset(new char[n == 0 ? 1 : n]);
             reply_bytes = n;
             return reply.get();
@@ -328,6 +462,7 @@ class RawTcpServerImpl final : public RawTcpServer {
                                      {absl::string_view(request.get(), bytes)}, allocator);
       serving_.fetch_sub(1);
       request.reset();
+      admission.Release();
       if (broken) return;
       if (head_sent > 0 || completed) {
         if (!status.ok()) {
@@ -365,6 +500,8 @@ class RawTcpServerImpl final : public RawTcpServer {
   struct Tracker {
     absl::Mutex mu;
     std::set<int> open ABSL_GUARDED_BY(mu);
+    std::deque<int> handshaking ABSL_GUARDED_BY(mu);  // saying hello, oldest first
+    int served ABSL_GUARDED_BY(mu) = 0;               // past the hello
   };
   const std::shared_ptr<Tracker> tracker_ = std::make_shared<Tracker>();
 };

@@ -38,6 +38,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/memory_account.h"
 #include "common/raw_service.h"
 
 namespace pstrain {
@@ -49,14 +50,38 @@ struct RawTcpServerOptions {
   int port = 0;
   // The token a connection must present (empty: none). Default: none.
   std::string token;
-  // The largest request accepted; a bigger one closes the connection. Default 1 GiB.
+  // The largest request accepted; a bigger one is refused (kResourceExhausted) and its connection
+  // closed. Default 1 GiB.
   int64_t max_request_bytes = int64_t{1} << 30;
   // What the handler's methods are called in messages ("PsService"). Default "service".
   std::string service_name = "service";
+  // The server's account of bytes in flight (not owned; may be shared with its gRPC server). Null
+  // (default): none. With one, a request's bytes are read only once the account admits them (the
+  // connection waits meanwhile: backpressure on its socket), and its reply's bytes count until
+  // they are sent. A request that can never fit, or that waits longer than admission_wait, is
+  // refused (kResourceExhausted naming its size and the account's) and its bytes read and dropped
+  // without being held; the connection goes on.
+  MemoryAccount* account = nullptr;
+  absl::Duration admission_wait = absl::Seconds(60);
+  // Connections served at once, each on a thread of its own; past it a new connection is refused
+  // (kResourceExhausted) once it has said hello. Default 256.
+  int max_connections = 256;
+  // Connections still saying hello, at most; a new one past it closes the oldest of them. A hello
+  // must arrive within handshake_timeout. So connections that never authenticate hold a thread
+  // briefly, and can't keep an authenticated client's new connection out. Defaults 64, 10 s.
+  int max_handshaking = 64;
+  absl::Duration handshake_timeout = absl::Seconds(10);
+  // A connection may idle between requests as long as it likes; once a request's header starts,
+  // the header and its bytes must arrive within request_timeout + bytes / min_request_rate, or the
+  // connection is closed (a client that stops or trickles holds nothing for long). Defaults 30 s,
+  // 8 MiB/s.
+  absl::Duration request_timeout = absl::Seconds(30);
+  int64_t min_request_bytes_per_second = int64_t{8} << 20;
 };
 
 // Serves `handler` on every connection, a thread per connection (clients keep few, long-lived
-// ones). Thread-safe; destroying it closes every connection and waits for their threads.
+// ones), within the limits above. Thread-safe; destroying it closes every connection and waits for
+// their threads.
 class RawTcpServer {
  public:
   // Errors: kUnavailable naming host:port when it can't listen.
