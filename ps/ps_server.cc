@@ -1,8 +1,10 @@
 #include "ps/ps_server.h"
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_util.h"
 #include "common/logging.h"
+#include "common/memory_account.h"
 #include "common/raw_service.h"
 #include "common/raw_tcp.h"
 #include "common/transport_security.h"
@@ -36,9 +38,18 @@ class PsServerImpl final : public PsServer {
           return handlers->Serve(method, request, reply);
         },
         PsServiceHandlers::Service(), options.metrics, "pstrain_ps");
-    service_ = std::make_unique<RawUnaryService>(PsServiceHandlers::Service(), handler);
+    GrpcServerOptions grpc_options;
+    if (options.inflight_bytes > 0) {
+      account_ = std::make_unique<MemoryAccount>(
+          options.inflight_bytes, absl::StrCat("ps:", options.task_index, "'s in-flight account"));
+      grpc_options.resource_quota_bytes = options.inflight_bytes;
+    }
+    service_ = std::make_unique<RawUnaryService>(
+        PsServiceHandlers::Service(),
+        WithAccount(handler, account_.get(), kAdmissionWait,
+                    absl::StrCat("a request to ps:", options.task_index)));
     ASSIGN_OR_RETURN(StartedServer started,
-                     StartGrpcServer(options.listen_address, {service_.get()}));
+                     StartGrpcServer(options.listen_address, {service_.get()}, grpc_options));
     {
       absl::MutexLock lock(&mu_);
       server_ = std::move(started.server);
@@ -53,7 +64,10 @@ class PsServerImpl final : public PsServer {
       }
       data.port = options.data_port;
       data.token = security->auth_token;
-      data.service_name = "PsService";
+      data.service_name = absl::StrCat("ps:", options.task_index);
+      data.account = account_.get();
+      data.admission_wait = kAdmissionWait;
+      data.max_connections = options.max_data_connections;
       ASSIGN_OR_RETURN(data_plane_, RawTcpServer::Start(data, handler));
       identity_.data_port = data_plane_->port();
     }
@@ -77,6 +91,10 @@ class PsServerImpl final : public PsServer {
  private:
   TaskIdentity identity_;
   std::unique_ptr<PsServiceHandlers> handlers_;
+  // How long a request waits for room in the account before it is refused.
+  static constexpr absl::Duration kAdmissionWait = absl::Seconds(60);
+
+  std::unique_ptr<MemoryAccount> account_;  // null: none (outlives the servers that use it)
   std::unique_ptr<RawUnaryService> service_;
   std::unique_ptr<RawTcpServer> data_plane_;
   absl::Mutex mu_;

@@ -1,7 +1,10 @@
 // The ps task binary: `ps_server --cluster_spec=cluster.json --task=ps:0` (or TF_CONFIG), with
 // --memory_budget=20G to bound the memory its tables may take, --checkpoint_root=DIR to confine
 // its checkpoints, --max_ids_per_request and --max_large_requests to bound what one client can ask,
-// and the transport-security flags of cluster/security_flags.h.
+// --inflight_bytes and --max_data_connections to bound what all of them hold at once, and the
+// transport-security flags of cluster/security_flags.h.
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
@@ -35,6 +38,51 @@ ABSL_FLAG(int, max_large_requests, 0,
           "RESOURCE_EXHAUSTED), so that no client can make the ps hold unbounded replies. "
           "Default 0: twice the cores.");
 
+ABSL_FLAG(std::string, inflight_bytes, "auto",
+          "The bytes of requests and replies this ps holds in flight, over gRPC and the data plane "
+          "together (bytes, or with K, M, G): a request waits for room before it is read, and one "
+          "that could never fit is refused with RESOURCE_EXHAUSTED. 'auto': 1 GiB, or an eighth of "
+          "the machine's memory if that is less. 0: no bound. With --memory_budget, the budget "
+          "plus this must fit the machine's memory.");
+ABSL_FLAG(int, max_data_connections, 256,
+          "Data-plane connections served at once (a thread each); past it new ones are refused "
+          "with RESOURCE_EXHAUSTED. A worker opens 2 per ps.");
+
+namespace {
+
+// The machine's memory in bytes (0 if unknown).
+int64_t MachineMemoryBytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
+}
+
+// --inflight_bytes, checked against the machine beside the tables' budget.
+absl::StatusOr<int64_t> InflightBytes(int64_t budget) {
+  const std::string text = absl::GetFlag(FLAGS_inflight_bytes);
+  const int64_t machine = MachineMemoryBytes();
+  int64_t bytes = 0;
+  if (text == "auto") {
+    bytes = int64_t{1} << 30;
+    if (machine > 0) bytes = std::min(bytes, machine / 8);
+  } else {
+    absl::StatusOr<int64_t> parsed = pstrain::ParseByteSize(text);
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--inflight_bytes: ", parsed.status().message()));
+    }
+    bytes = *parsed;
+  }
+  if (budget > 0 && bytes > 0 && machine > 0 && budget + bytes > machine) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--memory_budget (", budget, " bytes) plus --inflight_bytes (", bytes,
+        ") is more than this machine's memory (", machine, " bytes): lower one of them"));
+  }
+  return bytes;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   return pstrain::RunTaskMain(
       argc, argv, "ps",
@@ -66,6 +114,13 @@ int main(int argc, char** argv) {
         options.task_index = task_index;
         options.listen_address = listen;
         options.data_port = absl::GetFlag(FLAGS_data_port);
+        absl::StatusOr<int64_t> inflight = InflightBytes(*budget);
+        if (!inflight.ok()) return inflight.status();
+        options.inflight_bytes = *inflight;
+        options.max_data_connections = absl::GetFlag(FLAGS_max_data_connections);
+        if (options.max_data_connections < 1) {
+          return absl::InvalidArgumentError("--max_data_connections must be at least 1");
+        }
         options.metrics = metrics;
         absl::StatusOr<std::unique_ptr<pstrain::PsServer>> server =
             pstrain::PsServer::Start(options);
