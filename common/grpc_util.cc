@@ -1,7 +1,5 @@
 #include "common/grpc_util.h"
 
-#include "grpcpp/resource_quota.h"
-
 #include <malloc.h>
 
 #include <mutex>
@@ -128,12 +126,6 @@ absl::Status SplitHostPort(const std::string& address, std::string* host, int* p
 
 absl::StatusOr<StartedServer> StartGrpcServer(const std::string& address,
                                               const std::vector<grpc::Service*>& services) {
-  return StartGrpcServer(address, services, GrpcServerOptions());
-}
-
-absl::StatusOr<StartedServer> StartGrpcServer(const std::string& address,
-                                              const std::vector<grpc::Service*>& services,
-                                              const GrpcServerOptions& options) {
   std::string host;
   int requested_port = 0;
   absl::Status valid = SplitHostPort(address, &host, &requested_port);
@@ -149,11 +141,6 @@ absl::StatusOr<StartedServer> StartGrpcServer(const std::string& address,
   // Accept our clients' keepalive pings (see CreateChannel).
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
-  if (options.resource_quota_bytes > 0) {
-    grpc::ResourceQuota quota("server");
-    quota.Resize(static_cast<size_t>(options.resource_quota_bytes));
-    builder.SetResourceQuota(quota);
-  }
   for (grpc::Service* service : services) builder.RegisterService(service);
   started.server = builder.BuildAndStart();
   if (started.server == nullptr || started.port == 0) {

@@ -54,15 +54,6 @@ struct StartedServer {
 absl::StatusOr<StartedServer> StartGrpcServer(const std::string& address,
                                               const std::vector<grpc::Service*>& services);
 
-struct GrpcServerOptions {
-  // gRPC's own memory quota for the server (grpc::ResourceQuota): the buffers its transport holds
-  // for received and unsent messages count against it, and past it gRPC stops reading from its
-  // connections until memory is given back. 0 (default): none.
-  int64_t resource_quota_bytes = 0;
-};
-absl::StatusOr<StartedServer> StartGrpcServer(const std::string& address,
-                                              const std::vector<grpc::Service*>& services,
-                                              const GrpcServerOptions& options);
 
 // Splits "host:port" (also "[v6]:port"). Errors: kInvalidArgument naming the address.
 absl::Status SplitHostPort(const std::string& address, std::string* host, int* port);

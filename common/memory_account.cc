@@ -7,8 +7,8 @@
 
 namespace pstrain {
 
-MemoryAccount::MemoryAccount(int64_t size_bytes, std::string name)
-    : size_(std::max<int64_t>(1, size_bytes)), name_(std::move(name)) {}
+MemoryAccount::MemoryAccount(int64_t size_bytes, std::string name, int64_t small_bytes)
+    : size_(std::max<int64_t>(1, size_bytes)), name_(std::move(name)), small_bytes_(small_bytes) {}
 
 MemoryAccount::Admission& MemoryAccount::Admission::operator=(Admission&& other) noexcept {
   if (this != &other) {
@@ -28,7 +28,8 @@ void MemoryAccount::Admission::Release() {
 }
 
 bool MemoryAccount::MayEnterLocked(uint64_t ticket, int64_t bytes) const {
-  return *waiting_.begin() == ticket && held_ + bytes <= size_;
+  if (held_ + bytes > size_) return false;
+  return bytes <= small_bytes_ || *waiting_.begin() == ticket;
 }
 
 absl::StatusOr<MemoryAccount::Admission> MemoryAccount::Admit(int64_t bytes, absl::Duration wait,
@@ -43,7 +44,8 @@ absl::StatusOr<MemoryAccount::Admission> MemoryAccount::Admit(int64_t bytes, abs
   }
   absl::MutexLock lock(&mu_);
   const uint64_t ticket = next_ticket_++;
-  waiting_.insert(ticket);
+  const bool small = bytes <= small_bytes_;  // not in line
+  if (!small) waiting_.insert(ticket);
   struct Args {
     const MemoryAccount* account;
     uint64_t ticket;
@@ -56,7 +58,7 @@ absl::StatusOr<MemoryAccount::Admission> MemoryAccount::Admit(int64_t bytes, abs
           },
           &args),
       wait);
-  waiting_.erase(ticket);  // entered, or leaves the line: the next one is first now
+  if (!small) waiting_.erase(ticket);  // entered, or leaves the line: the next one is first now
   if (!entered) {
     return absl::ResourceExhaustedError(
         absl::StrCat(what, ": ", bytes, " bytes did not fit ", name_, " (", held_, " of ", size_,

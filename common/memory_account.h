@@ -1,7 +1,9 @@
 // One server's account of the bytes it holds for requests and replies in flight: a request is
 // read only once its bytes are admitted here, so however many clients send at once, the requests
-// held never pass the account's size. Admissions wait their turn (first come, first served: a large
-// request is not starved by a stream of small ones); one that could never fit is refused at once.
+// held never pass the account's size. Large admissions wait their turn (first come, first served:
+// a large request is not starved by a stream of others); small ones (up to small_bytes: a worker's
+// lookup) enter as soon as they fit, so they don't queue behind large ones waiting for room. One
+// that could never fit is refused at once.
 //
 //   Admit(bytes)   waits until `bytes` fit beside what is held, then holds them (an Admission,
 //                  given back when it goes); kResourceExhausted at once when bytes > size, and
@@ -28,7 +30,8 @@ namespace pstrain {
 class MemoryAccount {
  public:
   // `size_bytes` > 0; `name` says whose account it is in errors ("ps:0's in-flight account").
-  MemoryAccount(int64_t size_bytes, std::string name);
+  // Admissions of up to `small_bytes` (default 1 MiB) don't wait in line.
+  MemoryAccount(int64_t size_bytes, std::string name, int64_t small_bytes = int64_t{1} << 20);
   MemoryAccount(const MemoryAccount&) = delete;
   MemoryAccount& operator=(const MemoryAccount&) = delete;
 
@@ -76,10 +79,11 @@ class MemoryAccount {
 
   const int64_t size_;
   const std::string name_;
+  const int64_t small_bytes_;
   mutable absl::Mutex mu_;
   int64_t held_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t peak_ ABSL_GUARDED_BY(mu_) = 0;
-  // Admissions waiting, by ticket (arrival order); the first enters once its bytes fit.
+  // Large admissions waiting, by ticket (arrival order); the first enters once its bytes fit.
   uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 0;
   std::set<uint64_t> waiting_ ABSL_GUARDED_BY(mu_);
 };

@@ -45,7 +45,7 @@ TEST(MemoryAccountTest, Admit_LargerThanTheSize_RefusedAtOnceNamingBoth) {
 }
 
 TEST(MemoryAccountTest, Admit_DoesNotFitInTime_ResourceExhaustedAndNothingHeld) {
-  MemoryAccount account(100, "the account");
+  MemoryAccount account(100, "the account", /*small_bytes=*/0);
   MemoryAccount::Admission a = *account.Admit(80, absl::Seconds(1), "a");
   EXPECT_THAT(account.Admit(30, absl::Milliseconds(50), "b").status(),
               StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("did not fit")));
@@ -74,7 +74,7 @@ TEST(MemoryAccountTest, Admit_WaitsForBytesGivenBack) {
 // First come, first served: a large admission waiting is not passed by small ones arriving
 // after it, however much room they would find.
 TEST(MemoryAccountTest, Admit_InArrivalOrder_LargeNotStarvedBySmall) {
-  MemoryAccount account(100, "the account");
+  MemoryAccount account(100, "the account", /*small_bytes=*/5);
   auto first = std::make_unique<MemoryAccount::Admission>(*account.Admit(60, absl::Seconds(1), "a"));
   std::vector<int> order;
   absl::Mutex mu;
@@ -115,6 +115,31 @@ TEST(MemoryAccountTest, Charge_PastTheSize_LaterAdmissionsWait) {
   reply.Release();
   EXPECT_TRUE(account.Admit(100, absl::Milliseconds(20), "y").ok());
   EXPECT_EQ(account.peak(), 150);
+}
+
+}  // namespace
+}  // namespace pstrain
+
+namespace pstrain {
+namespace {
+
+// Small admissions don't wait in line behind a large one waiting for room.
+TEST(MemoryAccountTest, SmallAdmission_PassesALargeOneWaitingForRoom) {
+  MemoryAccount account(100, "the account", /*small_bytes=*/5);
+  MemoryAccount::Admission first = *account.Admit(60, absl::Seconds(1), "a");
+  absl::Notification large_waiting;
+  std::thread large([&] {
+    large_waiting.Notify();
+    EXPECT_TRUE(account.Admit(90, absl::Seconds(30), "big").ok());
+  });
+  large_waiting.WaitForNotification();
+  absl::SleepFor(absl::Milliseconds(50));  // the large one is in line
+  EXPECT_TRUE(account.Admit(5, absl::Milliseconds(100), "small").ok());
+  // A larger one than small_bytes waits its turn.
+  EXPECT_THAT(account.Admit(6, absl::Milliseconds(100), "not small").status(),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("did not fit")));
+  first.Release();
+  large.join();
 }
 
 }  // namespace

@@ -146,25 +146,4 @@ absl::Status WriteReply(const google::protobuf::MessageLite& message, const Repl
   return absl::OkStatus();
 }
 
-RawHandler WithAccount(RawHandler handler, MemoryAccount* account, absl::Duration wait,
-                       std::string what) {
-  if (account == nullptr) return handler;
-  return [handler = std::move(handler), account, wait, what = std::move(what)](
-             int method, const std::vector<absl::string_view>& request,
-             const ReplyAllocator& reply) -> absl::Status {
-    int64_t bytes = 0;
-    for (absl::string_view piece : request) bytes += static_cast<int64_t>(piece.size());
-    absl::StatusOr<MemoryAccount::Admission> admitted = account->Admit(bytes, wait, what);
-    if (!admitted.ok()) return admitted.status();
-    MemoryAccount::Admission reply_charge;
-    const ReplyAllocator charged(
-        [&](size_t n) {
-          reply_charge = account->Charge(static_cast<int64_t>(n));
-          return reply(n);
-        },
-        reply);
-    return handler(method, request, charged);
-  };
-}
-
 }  // namespace pstrain

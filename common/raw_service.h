@@ -17,8 +17,6 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "absl/time/time.h"
-#include "common/memory_account.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message_lite.h"
 #include "grpcpp/impl/service_type.h"
@@ -85,14 +83,6 @@ using RawHandler = std::function<absl::Status(
 // Runs `work` for a call of method `method`: inline on gRPC's callback thread (the default), or
 // handed to a pool for methods that block.
 using RawRunner = std::function<void(int method, std::function<void()> work)>;
-
-// `handler` with its requests admitted by `account` (not owned; null: `handler` itself): a call's
-// request bytes wait for room (up to `wait`) before the handler runs, held until it returns, and
-// its reply's bytes are charged from their allocation until the handler returns (then the
-// transport holds them: over gRPC, against its resource quota). Errors before the handler runs:
-// MemoryAccount::Admit's kResourceExhausted, `what` naming the server.
-RawHandler WithAccount(RawHandler handler, MemoryAccount* account, absl::Duration wait,
-                       std::string what);
 
 class RawUnaryService : public grpc::Service {
  public:

@@ -38,18 +38,13 @@ class PsServerImpl final : public PsServer {
           return handlers->Serve(method, request, reply);
         },
         PsServiceHandlers::Service(), options.metrics, "pstrain_ps");
-    GrpcServerOptions grpc_options;
     if (options.inflight_bytes > 0) {
       account_ = std::make_unique<MemoryAccount>(
           options.inflight_bytes, absl::StrCat("ps:", options.task_index, "'s in-flight account"));
-      grpc_options.resource_quota_bytes = options.inflight_bytes;
     }
-    service_ = std::make_unique<RawUnaryService>(
-        PsServiceHandlers::Service(),
-        WithAccount(handler, account_.get(), kAdmissionWait,
-                    absl::StrCat("a request to ps:", options.task_index)));
+    service_ = std::make_unique<RawUnaryService>(PsServiceHandlers::Service(), handler);
     ASSIGN_OR_RETURN(StartedServer started,
-                     StartGrpcServer(options.listen_address, {service_.get()}, grpc_options));
+                     StartGrpcServer(options.listen_address, {service_.get()}));
     {
       absl::MutexLock lock(&mu_);
       server_ = std::move(started.server);

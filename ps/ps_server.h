@@ -37,11 +37,11 @@ struct PsServerOptions {
   // the listen address's host (0: picked; -1: none), advertised in Health. Never with TLS (the
   // frames are not encrypted): then it is off whatever this says. Default 0.
   int data_port = 0;
-  // The bytes of requests and replies this ps holds in flight, over gRPC and the data plane
-  // together (common/memory_account.h): a request waits for room (up to 60 s) before its bytes are
-  // read (data plane) or handled (gRPC), and one that could never fit is refused with
-  // RESOURCE_EXHAUSTED naming its size and this. gRPC's own buffers get a resource quota of the
-  // same size. Default 0: no account (the in-process cluster's servers); the ps binary's
+  // The bytes of requests and replies this ps holds in flight on its data plane
+  // (common/memory_account.h): a request waits for room (up to 60 s) before its bytes are read,
+  // and one that could never fit is refused with RESOURCE_EXHAUSTED naming its size and this.
+  // (Requests over gRPC are not counted yet: gRPC holds a whole message before any handler sees
+  // it.) Default 0: no account (the in-process cluster's servers); the ps binary's
   // --inflight_bytes sets one.
   int64_t inflight_bytes = 0;
   // Data-plane connections served at once (each a thread); past it new ones are refused. Default

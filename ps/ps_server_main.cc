@@ -39,11 +39,11 @@ ABSL_FLAG(int, max_large_requests, 0,
           "Default 0: twice the cores.");
 
 ABSL_FLAG(std::string, inflight_bytes, "auto",
-          "The bytes of requests and replies this ps holds in flight, over gRPC and the data plane "
-          "together (bytes, or with K, M, G): a request waits for room before it is read, and one "
-          "that could never fit is refused with RESOURCE_EXHAUSTED. 'auto': 1 GiB, or an eighth of "
-          "the machine's memory if that is less. 0: no bound. With --memory_budget, the budget "
-          "plus this must fit the machine's memory.");
+          "The bytes of requests and replies this ps holds in flight on its data plane (bytes, or "
+          "with K, M, G): a request waits for room before it is read, and one that could never fit "
+          "is refused with RESOURCE_EXHAUSTED. 'auto': 1 GiB, or an eighth of the machine's memory "
+          "if that is less. 0: no bound. With --memory_budget, the budget plus this must fit the "
+          "machine's memory. (Requests over gRPC are not counted yet.)");
 ABSL_FLAG(int, max_data_connections, 256,
           "Data-plane connections served at once (a thread each); past it new ones are refused "
           "with RESOURCE_EXHAUSTED. A worker opens 2 per ps.");
