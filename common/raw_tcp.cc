@@ -213,7 +213,7 @@ class RawTcpServerImpl final : public RawTcpServer {
       if (fd < 0) continue;
       int yes = 1;
       ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-      if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, 64) == 0) {
+      if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, SOMAXCONN) == 0) {
         listen_fd_ = fd;
         break;
       }

@@ -256,5 +256,74 @@ TEST_F(PsMemoryTest, ManyHugeUpdates_RssBounded_EachAppliedOnceOrRefused_Lookups
   }
 }
 
+// 5,000 connections opened on the data plane and held, never saying hello: the ps stays up with a
+// bounded number of threads (past max_handshaking the oldest silent connection is closed), and a
+// real client connecting afterwards is served.
+TEST_F(PsMemoryTest, ThousandsOfSilentConnections_PsUpThreadsBounded_RealClientServed) {
+  auto admin = NewGrpcPsClient(0, address_);
+  HealthResponse health;
+  ASSERT_TRUE(admin->Health(HealthRequest(), &health).ok());
+  ASSERT_GT(health.data_port(), 0);
+  rlimit files{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &files), 0);
+  int wanted = 5000;
+  files.rlim_cur = std::min<rlim_t>(files.rlim_max, wanted + 256);
+  ::setrlimit(RLIMIT_NOFILE, &files);
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &files), 0);
+  if (files.rlim_cur < static_cast<rlim_t>(wanted + 256)) {
+    wanted = static_cast<int>(files.rlim_cur) - 256;
+    std::cout << "this machine allows " << files.rlim_cur << " open files: " << wanted
+              << " connections" << std::endl;
+  }
+  std::vector<int> held;
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < wanted; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(health.data_port()));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      ::close(fd);
+      continue;  // the backlog was full for a moment: the ps is closing the oldest
+    }
+    held.push_back(fd);
+  }
+  const double connect_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  const int64_t threads = ProcStatusBytes(ps_->pid(), "Threads") / 1024;  // a count, not KiB
+  EXPECT_GT(held.size(), static_cast<size_t>(wanted) * 9 / 10);
+  // The ps's threads: gRPC's, its pools', and at most max_handshaking (64) for connections
+  // saying hello; not one per connection.
+  EXPECT_LT(threads, 400) << threads << " threads with " << held.size() << " connections held";
+  ASSERT_TRUE(admin->Health(HealthRequest(), &health).ok());
+  CreateShardsRequest create;
+  VariableShardDef* def = create.add_shards();
+  def->set_name("v");
+  def->set_variable("v");
+  def->set_dtype(DT_FLOAT32);
+  def->add_full_shape(8);
+  def->add_full_shape(2);
+  def->set_num_rows(8);
+  def->set_num_shards(1);
+  CreateShardsResponse created;
+  ASSERT_TRUE(admin->CreateShards(create, &created).ok());
+  auto client = NewGrpcPsClient(0, address_);  // its lookups go over the data plane
+  LookupRequest lookup;
+  LookupOp* l = lookup.add_ops();
+  l->set_shard("v");
+  const std::vector<int64_t> ids = {0, 7};
+  l->set_ids(std::string(reinterpret_cast<const char*>(ids.data()), ids.size() * 8));
+  LookupResponse response;
+  const absl::Time lookup_start = absl::Now();
+  const absl::Status looked_up = client->Lookup(lookup, &response);
+  const double lookup_seconds = absl::ToDoubleSeconds(absl::Now() - lookup_start);
+  EXPECT_TRUE(looked_up.ok()) << looked_up;
+  std::cout << "{\"connections_held\": " << held.size() << ", \"connect_seconds\": "
+            << connect_seconds << ", \"ps_threads\": " << threads
+            << ", \"real_client_lookup_seconds\": " << lookup_seconds << "}" << std::endl;
+  for (int fd : held) ::close(fd);
+}
+
 }  // namespace
 }  // namespace pstrain
