@@ -73,6 +73,15 @@ bool ReadFull(int fd, char* out, size_t n) {
 bool ReadFullBy(int fd, char* out, size_t n, absl::Time deadline, bool* timed_out) {
   *timed_out = false;
   while (n > 0) {
+    // What has arrived first (usually all of it: no wait, no poll); then wait for more.
+    const ssize_t got = ::recv(fd, out, n, MSG_DONTWAIT);
+    if (got > 0) {
+      out += got;
+      n -= static_cast<size_t>(got);
+      continue;
+    }
+    if (got == 0 || (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) return false;
+    if (got < 0 && errno == EINTR) continue;
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) {
       *timed_out = true;
@@ -83,16 +92,6 @@ bool ReadFullBy(int fd, char* out, size_t n, absl::Time deadline, bool* timed_ou
         ::poll(&p, 1, static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1,
                                                           std::numeric_limits<int>::max())));
     if (ready < 0 && errno != EINTR) return false;
-    if (ready <= 0) continue;
-    const ssize_t got = ::recv(fd, out, n, MSG_DONTWAIT);
-    if (got > 0) {
-      out += got;
-      n -= static_cast<size_t>(got);
-    } else if (got < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) {
-      continue;
-    } else {
-      return false;
-    }
   }
   return true;
 }
@@ -345,10 +344,14 @@ class RawTcpServerImpl final : public RawTcpServer {
     char header[kRequestHeader];
     // Between requests a connection may idle; once a header starts, it and the request's bytes
     // must arrive in time.
-    while (ReadFull(fd, header, 1)) {
+    for (;;) {
+      const ssize_t first = ::recv(fd, header, sizeof(header), 0);  // waits for the next request
+      if (first < 0 && errno == EINTR) continue;
+      if (first <= 0) return;
       absl::Time deadline = absl::Now() + options_.request_timeout;
       bool timed_out = false;
-      if (!ReadFullBy(fd, header + 1, sizeof(header) - 1, deadline, &timed_out)) {
+      if (!ReadFullBy(fd, header + first, sizeof(header) - static_cast<size_t>(first), deadline,
+                      &timed_out)) {
         if (timed_out) LOG(WARNING) << "data plane: a request header did not arrive in time";
         return;
       }
