@@ -15,7 +15,6 @@
 #include <cerrno>
 #include <cstring>
 #include <deque>
-#include <limits>
 #include <set>
 #include <map>
 #include <thread>
@@ -69,31 +68,32 @@ bool ReadFull(int fd, char* out, size_t n) {
 }
 
 // Reads exactly n bytes by `deadline`; false at EOF, on an error, or when the deadline passes
-// first (*timed_out is then set).
+// first (*timed_out is then set). The socket has a receive timeout (SO_RCVTIMEO: a served
+// connection's tick), so each recv blocks in the kernel for the data, one call per piece that
+// arrives, and wakes at least every tick to look at the deadline.
 bool ReadFullBy(int fd, char* out, size_t n, absl::Time deadline, bool* timed_out) {
   *timed_out = false;
   while (n > 0) {
-    // What has arrived first (usually all of it: no wait, no poll); then wait for more.
-    const ssize_t got = ::recv(fd, out, n, MSG_DONTWAIT);
+    const ssize_t got = ::recv(fd, out, n, 0);
     if (got > 0) {
       out += got;
       n -= static_cast<size_t>(got);
-      continue;
+    } else if (got == 0 || (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) {
+      return false;
     }
-    if (got == 0 || (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) return false;
-    if (got < 0 && errno == EINTR) continue;
-    const absl::Duration left = deadline - absl::Now();
-    if (left <= absl::ZeroDuration()) {
+    if (n > 0 && absl::Now() >= deadline) {
       *timed_out = true;
       return false;
     }
-    pollfd p{fd, POLLIN, 0};
-    const int ready =
-        ::poll(&p, 1, static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1,
-                                                          std::numeric_limits<int>::max())));
-    if (ready < 0 && errno != EINTR) return false;
   }
   return true;
+}
+
+// Sets `fd`'s receive timeout (ReadFullBy's tick).
+void SetReceiveTimeout(int fd, absl::Duration tick) {
+  const int64_t us = std::max<int64_t>(1000, absl::ToInt64Microseconds(tick));
+  timeval tv{static_cast<time_t>(us / 1000000), static_cast<suseconds_t>(us % 1000000)};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 }
 
 // Reads and drops n bytes by `deadline`, through a small buffer; false as ReadFullBy.
@@ -323,6 +323,8 @@ class RawTcpServerImpl final : public RawTcpServer {
   }
 
   void Serve(int fd) {
+    // Every read wakes at least this often to look at its deadline (a request's, the hello's).
+    SetReceiveTimeout(fd, std::min(options_.handshake_timeout, options_.request_timeout));
     if (!Handshake(fd)) return;
     ServeRequests(fd);
     GiveConnection();
@@ -345,8 +347,9 @@ class RawTcpServerImpl final : public RawTcpServer {
     // Between requests a connection may idle; once a header starts, it and the request's bytes
     // must arrive in time.
     for (;;) {
-      const ssize_t first = ::recv(fd, header, sizeof(header), 0);  // waits for the next request
-      if (first < 0 && errno == EINTR) continue;
+      // Waits for the next request, as long as it takes (waking each tick).
+      const ssize_t first = ::recv(fd, header, sizeof(header), 0);
+      if (first < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
       if (first <= 0) return;
       absl::Time deadline = absl::Now() + options_.request_timeout;
       bool timed_out = false;

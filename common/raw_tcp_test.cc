@@ -498,6 +498,60 @@ TEST(RawTcpLimitsTest, HeaderThenSilence_ClosedAfterTheTimeout_AccountGivenBack)
   ::close(fd2);
 }
 
+// A client that trickles (a byte every 40 ms, so every read gets something) is closed by the
+// deadline all the same, wherever it trickles: in its hello, in a request's header, or in its
+// bytes; the account gets back what the request held.
+TEST(RawTcpLimitsTest, Trickle_ClosedByTheDeadline_NotKeptAliveByEachByte) {
+  MemoryAccount account(64 << 20, "the test's account");
+  RawTcpServerOptions options;
+  options.account = &account;
+  options.handshake_timeout = absl::Milliseconds(300);
+  options.request_timeout = absl::Milliseconds(300);
+  options.min_request_bytes_per_second = 1 << 30;
+  auto server = ServeWith(options, Handler);
+  const std::string hello = Hello();
+  const std::string header = RequestHeader(0, 1, 32 << 20);
+  enum class Phase { kHello, kHeader, kBytes };
+  for (Phase phase : {Phase::kHello, Phase::kHeader, Phase::kBytes}) {
+    SCOPED_TRACE(static_cast<int>(phase));
+    const int fd = Connect(server->port());
+    ASSERT_GE(fd, 0);
+    std::string drip;  // sent a byte at a time
+    if (phase == Phase::kHello) {
+      drip = hello;
+    } else {
+      ASSERT_EQ(::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL), 12);
+      char accepted[12];
+      ASSERT_EQ(::recv(fd, accepted, sizeof(accepted), MSG_WAITALL), 12);
+      if (phase == Phase::kHeader) {
+        drip = header;
+      } else {
+        ASSERT_EQ(::send(fd, header.data(), header.size(), MSG_NOSIGNAL),
+                  static_cast<ssize_t>(header.size()));
+        drip = std::string(1000, 'x');
+      }
+    }
+    const absl::Time start = absl::Now();
+    bool closed = false;
+    for (char c : drip) {
+      if (::send(fd, &c, 1, MSG_NOSIGNAL) != 1) {
+        closed = true;  // the server has closed it
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(40));  // the hello's 12 bytes take 480 ms, past its 300
+      if (absl::Now() - start > absl::Seconds(10)) break;
+    }
+    EXPECT_TRUE(closed || ClosedWithin(fd, absl::Seconds(5)));
+    EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "each byte kept the connection alive";
+    ::close(fd);
+  }
+  for (int i = 0; i < 500 && account.held() != 0; ++i) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_EQ(account.held(), 0);
+  // The server goes on.
+  RawTcpChannel channel("127.0.0.1", server->port(), {});
+  EXPECT_EQ(CallAndWait(channel, 0, {"after"}).bytes, "retfa");
+}
+
 TEST(RawTcpLimitsTest, OverMaxRequestBytes_RefusedNamingIt_ConnectionClosed) {
   RawTcpServerOptions options;
   options.max_request_bytes = 1000;
