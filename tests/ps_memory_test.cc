@@ -7,7 +7,8 @@
 // For measurements: PSTRAIN_PS_MEMORY_INFLIGHT (default "1G") sets the ps's --inflight_bytes (0:
 // none, as before there was one; then no bound is asserted); PSTRAIN_PS_MEMORY_GRPC_CLIENTS (default
 // 0) adds clients sending the same over gRPC, whose requests the account doesn't count yet (gRPC
-// holds a whole message before a handler sees it), so no bound is asserted with them either.
+// holds a whole message before a handler sees it), so no bound is asserted with them either;
+// PSTRAIN_PS_MEMORY_CLIENTS (default 16) sets how many send on the data plane.
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <netinet/in.h>
@@ -128,7 +129,8 @@ TEST_F(PsMemoryTest, ManyHugeUpdates_RssBounded_EachAppliedOnceOrRefused_Lookups
   op->set_dtype(DT_FLOAT32);
   const std::vector<absl::string_view> update_values = {values};
 
-  constexpr int kClients = 16;
+  const char* clients_env = std::getenv("PSTRAIN_PS_MEMORY_CLIENTS");
+  const int kClients = clients_env != nullptr ? std::max(1, std::atoi(clients_env)) : 16;
   std::atomic<int> applied{0}, refused{0}, other{0};
   absl::Mutex mu;
   std::vector<std::string> others, refusals;
