@@ -107,6 +107,16 @@ bool DiscardBy(int fd, uint64_t n, absl::Time deadline, bool* timed_out) {
   return true;
 }
 
+// Fills a reply's header: its status code, the request's id, its message's and its bytes' sizes.
+void PutReplyHeader(char* head, const absl::Status& status, uint64_t id, size_t message_bytes,
+                    uint64_t bytes) {
+  std::memcpy(head, kReply, 4);
+  Put<uint32_t>(head + 4, static_cast<uint32_t>(status.code()));
+  Put<uint64_t>(head + 8, id);
+  Put<uint32_t>(head + 16, static_cast<uint32_t>(message_bytes));
+  Put<uint64_t>(head + 20, bytes);
+}
+
 // Writes every byte of `iov` (advancing through partial writes); false on an error.
 bool WriteAll(int fd, std::vector<iovec> iov) {
   size_t at = 0;
@@ -265,8 +275,7 @@ class RawTcpServerImpl final : public RawTcpServer {
         absl::MutexLock lock(&tracker->mu);
         ::close(fd);
         tracker->open.erase(fd);
-        auto it = std::find(tracker->handshaking.begin(), tracker->handshaking.end(), fd);
-        if (it != tracker->handshaking.end()) tracker->handshaking.erase(it);
+        tracker->DoneHandshaking(fd);
       }).detach();
     }
   }
@@ -275,8 +284,7 @@ class RawTcpServerImpl final : public RawTcpServer {
   // no longer counted among those saying hello.
   bool TakeConnection(int fd) {
     absl::MutexLock lock(&tracker_->mu);
-    auto it = std::find(tracker_->handshaking.begin(), tracker_->handshaking.end(), fd);
-    if (it != tracker_->handshaking.end()) tracker_->handshaking.erase(it);
+    tracker_->DoneHandshaking(fd);
     if (tracker_->served >= options_.max_connections) return false;
     ++tracker_->served;
     return true;
@@ -334,11 +342,7 @@ class RawTcpServerImpl final : public RawTcpServer {
   void Refuse(int fd, uint64_t id, const absl::Status& status) {
     const std::string message(status.message().substr(0, kMaxMessage));
     char head[kReplyHeader];
-    std::memcpy(head, kReply, 4);
-    Put<uint32_t>(head + 4, static_cast<uint32_t>(status.code()));
-    Put<uint64_t>(head + 8, id);
-    Put<uint32_t>(head + 16, static_cast<uint32_t>(message.size()));
-    Put<uint64_t>(head + 20, 0);
+    PutReplyHeader(head, status, id, message.size(), 0);
     WriteAll(fd, {Iov(head, sizeof(head)), Iov(message.data(), message.size())});
   }
 
@@ -413,11 +417,7 @@ class RawTcpServerImpl final : public RawTcpServer {
       bool broken = false;    // a write failed
       bool completed = false;  // Complete took the reply: the call must succeed
       auto header = [&](const absl::Status& status, size_t message_bytes, size_t bytes) {
-        std::memcpy(head, kReply, 4);
-        Put<uint32_t>(head + 4, static_cast<uint32_t>(status.code()));
-        Put<uint64_t>(head + 8, id);
-        Put<uint32_t>(head + 16, static_cast<uint32_t>(message_bytes));
-        Put<uint64_t>(head + 20, bytes);
+        PutReplyHeader(head, status, id, message_bytes, bytes);
       };
       // Writes the header and the reply's bytes up to n, as far as the socket takes them now.
       auto send_now = [&](size_t n) {
@@ -508,6 +508,12 @@ class RawTcpServerImpl final : public RawTcpServer {
     std::set<int> open ABSL_GUARDED_BY(mu);
     std::deque<int> handshaking ABSL_GUARDED_BY(mu);  // saying hello, oldest first
     int served ABSL_GUARDED_BY(mu) = 0;               // past the hello
+
+    // `fd` no longer says hello (if it did).
+    void DoneHandshaking(int fd) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+      auto it = std::find(handshaking.begin(), handshaking.end(), fd);
+      if (it != handshaking.end()) handshaking.erase(it);
+    }
   };
   const std::shared_ptr<Tracker> tracker_ = std::make_shared<Tracker>();
 };
