@@ -86,7 +86,8 @@ class ClusterCoordinatorImpl final : public ClusterCoordinator {
   ClusterCoordinatorImpl(std::vector<std::unique_ptr<WorkerClient>> clients,
                          std::unique_ptr<PsConnection> ps, const CoordinatorOptions& options)
       : options_(options), ps_(std::move(ps)) {
-    if (ps_ != nullptr) creator_ = std::make_unique<VariableCreator>(ps_->clients(), options.placement);
+    if (ps_ != nullptr) creator_ = std::make_unique<VariableCreator>(ps_->clients(), options.placement,
+                                                  options.staleness_scaling);
     for (auto& c : clients) {
       auto w = std::make_unique<Worker>();
       w->client = std::move(c);

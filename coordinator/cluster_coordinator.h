@@ -54,6 +54,9 @@ struct CoordinatorOptions {
   absl::Duration ps_unavailable_timeout = absl::Minutes(10);
   // Which ps tasks take fixed variables and which dynamic tables. Default: all take both.
   PlacementOptions placement;
+  // What fixed variables' optimizers take when their spec leaves staleness scaling unset
+  // (ps/staleness.h). Default: TrainerOptions's (the coordinator's own default is NONE).
+  OptimizerDef::StalenessScaling staleness_scaling = OptimizerDef::STALENESS_NONE;
   // Where the coordinator counts closures, failures and recoveries (common/metrics.h; not owned,
   // must outlive the coordinator). Default null: none.
   MetricsRegistry* metrics = nullptr;

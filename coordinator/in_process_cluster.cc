@@ -204,4 +204,10 @@ std::map<std::string, std::string> InProcessCluster::metrics_addresses() const {
   return out;
 }
 
+std::string InProcessCluster::RenderMetrics() const {
+  std::string out;
+  for (const auto& [task, m] : metrics_) out += m.registry->Render();
+  return out;
+}
+
 }  // namespace pstrain

@@ -78,6 +78,9 @@ class InProcessCluster {
 
   // Where each task serves its metrics ("ps:0" -> "localhost:9091"); empty without metrics.
   std::map<std::string, std::string> metrics_addresses() const;
+  // Every task's metrics now, in Prometheus's text format, one task after another; empty without
+  // metrics. (What a scrape of each address above returns, without the HTTP.)
+  std::string RenderMetrics() const;
 
  private:
   explicit InProcessCluster(ClusterSpec spec) : spec_(std::move(spec)) {}

@@ -89,7 +89,12 @@ absl::StatusOr<ShardedVariable> VariableCreator::Create(const VariableSpec& spec
     def->set_shard_index(p.shard);
     def->set_num_shards(static_cast<int>(placements.size()));
     *def->mutable_initializer() = spec.initializer;
-    if (spec.optimizer) *def->mutable_optimizer() = *spec.optimizer;
+    if (spec.optimizer) {
+      *def->mutable_optimizer() = *spec.optimizer;
+      if (!spec.optimizer->has_staleness_scaling()) {
+        def->mutable_optimizer()->set_staleness_scaling(staleness_scaling_);
+      }
+    }
     locations.push_back(ShardLocation{p.name, p.row_offset, p.rows, p.ps});
     placed.push_back(PlacedShard{p.ps, *def});
   }

@@ -78,8 +78,12 @@ struct PlacementOptions {
 class VariableCreator {
  public:
   // `ps` is indexed by ps task; not owned, must outlive the creator and its handles.
-  explicit VariableCreator(std::vector<PsClient*> ps, PlacementOptions placement = {})
-      : ps_(std::move(ps)), placement_(placement) {}
+  // `staleness_scaling`: what a fixed variable's optimizer takes when its spec leaves
+  // OptimizerDef.staleness_scaling unset (tables keep theirs: it applies to fixed shards only).
+  explicit VariableCreator(
+      std::vector<PsClient*> ps, PlacementOptions placement = {},
+      OptimizerDef::StalenessScaling staleness_scaling = OptimizerDef::STALENESS_NONE)
+      : ps_(std::move(ps)), placement_(placement), staleness_scaling_(staleness_scaling) {}
 
   // Creates `spec` on the ps tasks. Creating the same spec again returns the same handle (and
   // placement); a different spec under a used name is kAlreadyExists. Errors: kInvalidArgument
@@ -109,6 +113,7 @@ class VariableCreator {
 
   const std::vector<PsClient*> ps_;
   const PlacementOptions placement_;
+  const OptimizerDef::StalenessScaling staleness_scaling_;
   mutable absl::Mutex mu_;
   // Below: guarded by mu_.
   ShardPlacer placer_ ABSL_GUARDED_BY(mu_);

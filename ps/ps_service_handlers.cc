@@ -110,6 +110,22 @@ void PsServiceHandlers::ExportMetrics(MetricsRegistry* registry) {
                      {{"variable", variable}, {"reason", "capacity"}}, t.capacity);
       out.AddCounter("pstrain_ps_table_erased_total", "Keys erased by ERASE updates.", v, t.erased);
     }
+    // Gradient staleness per fixed shard (ps/staleness.h), as a Prometheus summary: quantiles,
+    // mean, and how many gradients it covers.
+    for (const auto& [shard, s] : store_.Staleness()) {
+      if (s.count == 0) continue;
+      const char* help =
+          "Gradients applied to the shard between the read a gradient was computed on and its "
+          "own apply.";
+      for (const auto& [q, v] : {std::pair<const char*, int64_t>{"0.5", s.p50},
+                                 {"0.9", s.p90}, {"0.99", s.p99}, {"1", s.max}}) {
+        out.AddGauge("pstrain_ps_gradient_staleness", help, {{"shard", shard}, {"quantile", q}},
+                     static_cast<double>(v));
+      }
+      out.AddGauge("pstrain_ps_gradient_staleness_mean", help, {{"shard", shard}}, s.mean);
+      out.AddCounter("pstrain_ps_gradient_staleness_count", "Gradients whose staleness is known.",
+                     {{"shard", shard}}, static_cast<double>(s.count));
+    }
   });
 }
 

@@ -369,15 +369,25 @@ void VariableShard::UpdateRowLocked(UpdateOp::Kind kind, int64_t row, const char
   }
 }
 
-StepScalars VariableShard::NextScalars(int64_t step) {
+StepScalars VariableShard::NextScalars(int64_t step, bool dense) {
   const int64_t t = apply_count_.fetch_add(1) + 1;
-  return optimizer_->Prepare(t, step > 0 ? step - 1 : t - 1);
+  StepScalars scalars = optimizer_->Prepare(t, step > 0 ? step - 1 : t - 1);
+  if (!dense) {
+    // A sparse gradient touches a few rows: the shard's count of applies says nothing of how
+    // stale its rows were. Only its read is dropped.
+    staleness_.Forget(step);
+    return scalars;
+  }
+  const int64_t staleness = staleness_.OnApply(step, t - 1);
+  scalars.lr *=
+      static_cast<float>(StalenessFactor(def_.optimizer().staleness_scaling(), staleness));
+  return scalars;
 }
 
 void VariableShard::ApplySparseGradient(absl::string_view ids, const char* const* grads,
                                         ThreadPool* pool, int64_t step) {
   const int64_t n = ids.size() / 8;
-  const StepScalars scalars = NextScalars(step);
+  const StepScalars scalars = NextScalars(step, /*dense=*/false);
   // Sum repeated ids first (as TF's sparse apply does): the optimizer sees each row once. Position
   // i applies its own row of the request, except at the few positions in `overrides`, sorted by
   // position: the first position of a repeated id applies the sum (in `sums`), later ones nothing.
@@ -453,7 +463,7 @@ void VariableShard::Update(const UpdateOpView& op, ThreadPool* pool, int64_t ste
   ValidateRange(op.range, &begin, &end).IgnoreError();  // validated by ValidateUpdate
   StepScalars scalars;
   if (op.kind == UpdateOp::APPLY_GRADIENT) {
-    scalars = NextScalars(step);
+    scalars = NextScalars(step, /*dense=*/true);
   }
   // Pieces of the range may run at once. A range that runs alone on the shard skips the row locks
   // (RowLockBypass: its pieces write distinct rows) and is applied in spans of kCheckBytes, each

@@ -15,6 +15,7 @@
 #include "ps/memory_budget.h"
 #include "ps/optimizers.h"
 #include "ps/row_locks.h"
+#include "ps/staleness.h"
 #include "common/thread_pool.h"
 #include "ps/table_memory.h"
 #include "ps/update_view.h"
@@ -57,6 +58,12 @@ class VariableShard {
   using RowsReady = std::function<void(int64_t rows)>;
   void Lookup(absl::string_view ids, char* out, ThreadPool* pool = nullptr,
               const RowsReady& ready = nullptr) const;
+
+  // A training lookup or read of step `step` (> 0; 0: not training, ignored) saw the shard now:
+  // noted so that the step's gradient, when it comes, knows its staleness (ps/staleness.h).
+  void NoteTrainingRead(int64_t step) const { staleness_.NoteRead(step, apply_count_.load()); }
+  // The staleness of the gradients applied so far.
+  StalenessTracker::Summary staleness() const { return staleness_.summary(); }
 
   // Read: a global row range (0,0 = all). Returns the shard-local [begin, end).
   absl::Status ValidateRead(const RowRange& range, int64_t* begin, int64_t* end) const;
@@ -120,8 +127,10 @@ class VariableShard {
   // Gradient apply for sparse ids, summing repeated ids first; grads[i] is position i's row.
   void ApplySparseGradient(absl::string_view ids, const char* const* grads, ThreadPool* pool,
                            int64_t step);
-  // The scalars of the next gradient applied, computed at request step `step` (see Update).
-  StepScalars NextScalars(int64_t step);
+  // The scalars of the next gradient applied, computed at request step `step` (see Update). A
+  // dense gradient (a range of rows) has its staleness counted, and its rate scaled as the
+  // optimizer's staleness_scaling says.
+  StepScalars NextScalars(int64_t step, bool dense);
 
   VariableShardDef def_;
   int64_t width_ = 0;
@@ -135,6 +144,7 @@ class VariableShard {
   std::unique_ptr<RowLocks> locks_;  // set by Create, once row_bytes_ is known
   mutable RowLockBypass bypass_;      // every row access goes through it
   std::atomic<int64_t> apply_count_{0};
+  mutable StalenessTracker staleness_;
 };
 
 }  // namespace pstrain

@@ -146,6 +146,19 @@ std::vector<VariableShardDef> VariableStore::ListShards() const {
   return defs;
 }
 
+std::vector<std::pair<std::string, StalenessTracker::Summary>> VariableStore::Staleness() const {
+  std::vector<std::pair<std::string, std::shared_ptr<VariableShard>>> shards;
+  {
+    ShardDirectory::Reader maps(&directory_);
+    for (const auto& [name, shard] : maps.fixed()) shards.emplace_back(name, shard);
+  }
+  std::vector<std::pair<std::string, StalenessTracker::Summary>> out;
+  for (const auto& [name, shard] : shards) out.emplace_back(name, shard->staleness());
+  std::sort(out.begin(), out.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  return out;
+}
+
 std::vector<DynamicShardStats> VariableStore::DynamicStats() const {
   std::vector<std::shared_ptr<DynamicShard>> shards;
   {
@@ -266,6 +279,7 @@ absl::Status VariableStore::RunLookup(const LookupRequest& request,
   for (int i = 0; i < request.ops_size(); ++i) {
     const LookupOp& op = request.ops(i);
     if (targets[i].fixed != nullptr) {
+      targets[i].fixed->NoteTrainingRead(request.step());
       targets[i].fixed->Lookup(op.ids(), out(i), pool_.get());
     } else {
       RETURN_IF_ERROR(

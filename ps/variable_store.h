@@ -48,6 +48,8 @@ class VariableStore {
   std::vector<VariableShardDef> ListShards() const;
   // Every dynamic shard's counters, by name.
   std::vector<DynamicShardStats> DynamicStats() const;
+  // Every fixed shard's gradient staleness so far (ps/staleness.h), by name.
+  std::vector<std::pair<std::string, StalenessTracker::Summary>> Staleness() const;
   // nullptr if unknown (or of the other kind).
   std::shared_ptr<VariableShard> Find(const std::string& name) const;
   std::shared_ptr<DynamicShard> FindDynamic(const std::string& name) const;

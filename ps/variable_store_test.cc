@@ -409,6 +409,53 @@ TEST(VariableStoreGradientTest, ApplyDense_WholeShard_EveryRow) {
   EXPECT_THAT(ReadAll(store, "w"), ElementsAre(0.5, 0, 1, 1, 2, -1));
 }
 
+// A training lookup notes the shard's version; the same step's dense gradient is applied at its
+// rate divided by its staleness (INVERSE), and the staleness is counted. Sparse gradients and
+// steps without a noted read take the full rate.
+TEST(VariableStoreGradientTest, ApplyDense_StaleGradient_RateScaledAndStalenessCounted) {
+  VariableShardDef def = FloatShard("w", 1, 0, 1, 1, /*init=*/0.0f);
+  def.mutable_optimizer()->set_kind(OptimizerDef::SGD);
+  def.mutable_optimizer()->set_learning_rate(1.0);
+  def.mutable_optimizer()->set_staleness_scaling(OptimizerDef::STALENESS_INVERSE);
+  VariableStore store;
+  ASSERT_TRUE(store.CreateShards({def}).ok());
+  auto lookup = [&](int64_t step) {
+    LookupRequest request;
+    request.set_step(step);
+    LookupOp* op = request.add_ops();
+    op->set_shard("w");
+    op->set_ids(Bytes(std::vector<int64_t>{0}));
+    LookupResponse response;
+    ASSERT_TRUE(store.Lookup(request, &response).ok());
+  };
+  auto apply = [&](int64_t step, float g) {
+    UpdateRequest request;
+    request.set_step(step);
+    UpdateOp* op = request.add_ops();
+    op->set_shard("w");
+    op->set_kind(UpdateOp::APPLY_GRADIENT);
+    op->mutable_range();
+    op->set_values(Bytes(std::vector<float>{g}));
+    op->set_dtype(DT_FLOAT32);
+    ASSERT_TRUE(store.Update(request).ok());
+  };
+  // Steps 1..4 read the shard before any of their gradients lands.
+  for (int64_t step = 1; step <= 4; ++step) lookup(step);
+  apply(1, 1.0f);  // staleness 0: -1
+  apply(2, 1.0f);  // 1: -1
+  apply(3, 1.0f);  // 2: -0.5
+  apply(4, 1.0f);  // 3: -1/3
+  apply(9, 1.0f);  // no read noted: -1
+  EXPECT_THAT(ReadAll(store, "w"), ElementsAre(testing::FloatNear(-(3 + 0.5 + 1.0 / 3), 1e-6)));
+  const auto staleness = store.Staleness();
+  ASSERT_EQ(staleness.size(), 1u);
+  EXPECT_EQ(staleness[0].first, "w");
+  EXPECT_EQ(staleness[0].second.count, 4);
+  EXPECT_DOUBLE_EQ(staleness[0].second.mean, 1.5);
+  EXPECT_EQ(staleness[0].second.max, 3);
+  EXPECT_EQ(staleness[0].second.unknown, 1);
+}
+
 // A dense apply updates a lock block of rows as one long row; every optimizer is elementwise, so
 // it must equal the sparse path's row-by-row apply exactly, for every optimizer and partial blocks.
 TEST(VariableStoreGradientTest, ApplyDense_BlocksOfNarrowRows_EqualRowByRow) {

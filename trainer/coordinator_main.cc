@@ -38,6 +38,7 @@
 #include "trainer/trainer.h"
 #include "models/devices.h"
 #include "models/registry.h"
+#include "ps/staleness.h"
 #include "coordinator/in_process_cluster.h"
 #include "common/metrics.h"
 #include "common/metrics_http.h"
@@ -100,6 +101,10 @@ ABSL_FLAG(std::string, lr_schedule, "constant",
           "piecewise:boundaries=B0+B1,scales=S0+S1+S2; "
           "cosine:decay_steps=N[,alpha=A][,warmup_steps=W[,warmup_from=F]] "
           "(see docs/training.md).");
+ABSL_FLAG(std::string, staleness_scaling, "none",
+          "train, parameter_server: how a dense gradient's staleness (gradients applied between "
+          "its read and its own apply) scales its learning rate: none, inverse (rate / "
+          "staleness), inverse_sqrt (docs/training.md).");
 ABSL_FLAG(int64_t, embedding_dim, 0, "train: embedding width (0: the model's default).");
 ABSL_FLAG(double, validation_fraction, 0.1,
           "train: the fraction of the training data held out for validation (seeded; 0: none).");
@@ -377,6 +382,10 @@ int RunTrainJob(const JobPlan& plan) {
   trainer.early_stopping_patience = absl::GetFlag(FLAGS_early_stopping_patience);
   trainer.early_stopping_min_delta = absl::GetFlag(FLAGS_early_stopping_min_delta);
   trainer.keep_best = absl::GetFlag(FLAGS_keep_best);
+  absl::StatusOr<OptimizerDef::StalenessScaling> scaling =
+      ParseStalenessScaling(absl::GetFlag(FLAGS_staleness_scaling));
+  if (!scaling.ok()) return Fail(absl::StrCat("--staleness_scaling: ", scaling.status().message()));
+  trainer.staleness_scaling = *scaling;
   // The sidecar evaluator: beside the job, until the job's final checkpoint (or the job fails).
   const std::string sidecar = absl::GetFlag(FLAGS_evaluator);
   if (!sidecar.empty() && sidecar != "sidecar") {

@@ -143,6 +143,7 @@ class TrainingLoop {
   // checkpoint (or the run ends, with ps_restart_ends_run).
   absl::Status StartCluster(const ClusterSpec& spec, CoordinatorOptions coordinator_options) {
     coordinator_options.placement = options_.placement;
+    coordinator_options.staleness_scaling = options_.staleness_scaling;
     coordinator_options.metrics = options_.metrics;
     // The checkpoint manager exists only once the coordinator does; the hook reads it then.
     coordinator_options.on_ps_restarted = [this](int ps) { return OnPsRestarted(ps); };

@@ -103,6 +103,9 @@ struct TrainerOptions {
   // Which ps tasks take fixed variables and which dynamic tables (the hybrid strategy: fixed ones
   // on the worker's replica, tables on the shared ps tasks). Default: all take both.
   PlacementOptions placement;
+  // Asynchronous training: how a dense gradient's staleness scales its learning rate, for every
+  // fixed variable whose optimizer doesn't say (ps/staleness.h, docs/training.md).
+  OptimizerDef::StalenessScaling staleness_scaling = OptimizerDef::STALENESS_NONE;
   // Restores (of the latest checkpoint, or `restore`'s) fill only the shards on these ps tasks.
   // Default (empty): all. The hybrid strategy's workers other than the chief restore only their
   // replica; the chief restores the shared ps tasks.

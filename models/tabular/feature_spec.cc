@@ -12,6 +12,7 @@
 #include "nlohmann/json.hpp"
 #include "common/json_parse.h"
 #include "ps/optimizers.h"
+#include "ps/staleness.h"
 
 namespace pstrain {
 namespace tabular {
@@ -293,6 +294,13 @@ absl::StatusOr<OptimizerDef> ParseOptimizer(const Json& j, const std::string& pa
       if (!v->is_number()) return o.Error(f.name, "must be a number");
       (def.*f.set)(v->get<double>());
     }
+  }
+  if (const Json* v = o.Take("staleness"); v != nullptr) {
+    if (!v->is_string()) return o.Error("staleness", "must be none, inverse or inverse_sqrt");
+    absl::StatusOr<OptimizerDef::StalenessScaling> s =
+        ParseStalenessScaling(v->get<std::string>());
+    if (!s.ok()) return o.Error("staleness", "must be none, inverse or inverse_sqrt");
+    def.set_staleness_scaling(*s);
   }
   if (const Json* v = o.Take("nesterov"); v != nullptr) {
     if (!v->is_boolean()) return o.Error("nesterov", "must be true or false");
