@@ -76,20 +76,20 @@ StalenessTracker::Summary StalenessTracker::summary() const {
   s.max = max_;
   if (count_ == 0) return s;
   s.mean = sum_ / static_cast<double>(count_);
-  // The smallest staleness with at least q of the gradients at or below it.
-  auto quantile = [&](double q) {
-    const double need = q * static_cast<double>(count_);
-    int64_t seen = 0;
-    for (int64_t v = 0; v <= kMaxCounted; ++v) {
-      seen += counts_[v];
-      if (static_cast<double>(seen) >= need) return v;
-    }
-    return kMaxCounted;
-  };
-  s.p50 = quantile(0.5);
-  s.p90 = quantile(0.9);
-  s.p99 = quantile(0.99);
+  s.p50 = QuantileLocked(0.5);
+  s.p90 = QuantileLocked(0.9);
+  s.p99 = QuantileLocked(0.99);
   return s;
+}
+
+int64_t StalenessTracker::QuantileLocked(double q) const {
+  const double need = q * static_cast<double>(count_);
+  int64_t seen = 0;
+  for (int64_t v = 0; v <= kMaxCounted; ++v) {
+    seen += counts_[v];
+    if (static_cast<double>(seen) >= need) return v;
+  }
+  return kMaxCounted;
 }
 
 }  // namespace pstrain

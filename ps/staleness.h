@@ -60,6 +60,9 @@ class StalenessTracker {
   Summary summary() const;
 
  private:
+  // The smallest staleness with at least q of the counted gradients at or below it.
+  int64_t QuantileLocked(double q) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   mutable absl::Mutex mu_;
   std::map<int64_t, int64_t> open_reads_ ABSL_GUARDED_BY(mu_);  // step -> version read
   std::array<int64_t, kMaxCounted + 1> counts_ ABSL_GUARDED_BY(mu_) = {};

@@ -51,7 +51,7 @@ TEST(FeatureSpecTest, EveryField_Parsed) {
               'optimizers': {
                 'embeddings': {'kind': 'adagrad', 'learning_rate': 0.1,
                                'initial_accumulator_value': 0.01},
-                'dense': {'kind': 'adam', 'learning_rate': 0.001,
+                'dense': {'kind': 'adam', 'learning_rate': 0.001, 'staleness': 'inverse_sqrt',
                           'schedule': {'kind': 'cosine_decay', 'decay_steps': 1000,
                                        'warmup_steps': 100, 'warmup_target': 0.002}},
                 'wide': {'kind': 'ftrl', 'learning_rate': 0.05,
@@ -90,6 +90,8 @@ TEST(FeatureSpecTest, EveryField_Parsed) {
   EXPECT_DOUBLE_EQ(s->model.embeddings.learning_rate(), 0.1);
   EXPECT_DOUBLE_EQ(s->model.embeddings.initial_accumulator_value(), 0.01);
   EXPECT_EQ(s->model.dense.kind(), OptimizerDef::ADAM);
+  EXPECT_EQ(s->model.dense.staleness_scaling(), OptimizerDef::STALENESS_INVERSE_SQRT);
+  EXPECT_FALSE(s->model.embeddings.has_staleness_scaling());  // the job's default
   EXPECT_EQ(s->model.dense.schedule().kind(), LearningRateSchedule::COSINE_DECAY);
   EXPECT_EQ(s->model.dense.schedule().warmup_steps(), 100);
   EXPECT_TRUE(s->model.dense_schedule);
@@ -169,6 +171,9 @@ TEST(FeatureSpecErrorTest, EachErrorNamesTheField) {
       {"{'label': {'column': 'y'}}", "spec.json: features: is required"},
       {"{'label': {'column': 'y'}, 'features': []}", "features: must be a non-empty array"},
       {"{'label': {}, 'features': [" + f + "]}", "label.column: is required"},
+      {"{'label': {'column': 'y'}, 'features': [" + f + "], 'model': {'optimizers': "
+       "{'dense': {'staleness': 'linear'}}}}",
+       "model.optimizers.dense.staleness: must be none, inverse or inverse_sqrt"},
       {"{'label': {'column': 'y', 'task': 'ranking'}, 'features': [" + f + "]}",
        "label.task: 'ranking' is not one of binary, regression, multiclass"},
       {"{'label': {'column': 'y', 'positive': ['a']}, 'features': [" + f + "]}",
