@@ -61,7 +61,10 @@ class VariableShard {
 
   // A training lookup or read of step `step` (> 0; 0: not training, ignored) saw the shard now:
   // noted so that the step's gradient, when it comes, knows its staleness (ps/staleness.h).
-  void NoteTrainingRead(int64_t step) const { staleness_.NoteRead(step, apply_count_.load()); }
+  // A shard without an optimizer takes no gradients: nothing is noted.
+  void NoteTrainingRead(int64_t step) const {
+    if (optimizer_ != nullptr) staleness_.NoteRead(step, apply_count_.load());
+  }
   // The staleness of the gradients applied so far.
   StalenessTracker::Summary staleness() const { return staleness_.summary(); }
 
