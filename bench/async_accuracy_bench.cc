@@ -20,6 +20,7 @@
 //       [--workers=2] [--variants=sync,async,async_inverse,...] [--rows=1000000]
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -32,6 +33,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/match.h"
+#include "bench/bench_loops.h"
 #include "bench/click_log.h"
 #include "common/status_macros.h"
 #include "coordinator/in_process_cluster.h"
@@ -53,11 +55,6 @@ ABSL_FLAG(int, epochs, 1, "Epochs of every run.");
 
 namespace pstrain {
 namespace {
-
-void Print(const nlohmann::json& j) {
-  std::printf("%s\n", j.dump().c_str());
-  std::fflush(stdout);
-}
 
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -177,7 +174,12 @@ int Main() {
       o.train_rows = absl::GetFlag(FLAGS_rows);
       o.test_rows = o.train_rows / 5;
       const std::string dir = absl::GetFlag(FLAGS_dir);
-      std::system(absl::StrCat("mkdir -p '", dir, "'").c_str());
+      std::error_code made;
+      std::filesystem::create_directories(dir, made);
+      if (made) {
+        std::fprintf(stderr, "error: can't make %s: %s\n", dir.c_str(), made.message().c_str());
+        return 2;
+      }
       absl::StatusOr<ClickLog> log = WriteClickLog(dir, o);
       if (!log.ok()) {
         std::fprintf(stderr, "error: %s\n", std::string(log.status().message()).c_str());
@@ -202,7 +204,7 @@ int Main() {
       std::fprintf(stderr, "error: --datasets: '%s' is not click or flights\n", dataset.c_str());
       return 2;
     }
-    Print(about);
+    Emit(about);
     std::map<std::string, std::vector<double>> auc, logloss, eps, st_mean, st_p99;
     for (int seed = 1; seed <= absl::GetFlag(FLAGS_seeds); ++seed) {
       mo.seed = static_cast<uint64_t>(seed);
@@ -218,7 +220,7 @@ int Main() {
         eps[variant].push_back(r->examples_per_s);
         st_mean[variant].push_back(r->staleness.mean);
         st_p99[variant].push_back(r->staleness.p99);
-        Print({{"name", "run"}, {"dataset", dataset}, {"variant", variant}, {"seed", seed},
+        Emit({{"name", "run"}, {"dataset", dataset}, {"variant", variant}, {"seed", seed},
                {"workers", variant == "sync" ? 1 : workers}, {"test_auc", r->auc},
                {"test_logloss", r->logloss}, {"examples_per_s", r->examples_per_s},
                {"train_seconds", r->seconds}, {"staleness_mean", r->staleness.mean},
@@ -243,7 +245,7 @@ int Main() {
         j["target_auc"] = "within 0.001 of sync";
       }
       if (async_eps > 0) j["examples_per_s_vs_async"] = Median(eps[variant]) / async_eps;
-      Print(j);
+      Emit(j);
     }
   }
   return 0;
