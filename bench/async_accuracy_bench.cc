@@ -146,11 +146,19 @@ absl::StatusOr<Run> TrainOnce(const std::string& model, const ModelOptions& mo,
     }
     to.max_pending_steps = n;
   }
+  ModelOptions mo_run = mo;
+  if (absl::StartsWith(variant, "async_turns")) {
+    int n = 0;
+    if (!absl::SimpleAtoi(variant.substr(11), &n) || n < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("variant ", variant));
+    }
+    mo_run.dense_turns = n;
+  }
   if (variant == "async_inverse") to.staleness_scaling = OptimizerDef::STALENESS_INVERSE;
   if (variant == "async_inverse_sqrt") {
     to.staleness_scaling = OptimizerDef::STALENESS_INVERSE_SQRT;
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<Model> m, CreateModel(model, mo));
+  ASSIGN_OR_RETURN(std::unique_ptr<Model> m, CreateModel(model, mo_run));
   ASSIGN_OR_RETURN(TrainResult r, Train(cluster->spec(), m.get(), to));
   run.auc = r.metrics.values["test_auc"];
   run.logloss = r.metrics.values["test_logloss"];

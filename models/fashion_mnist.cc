@@ -78,7 +78,7 @@ class FashionMnistModel final : public Model {
     PlanSteps();
     RETURN_IF_ERROR(CreateVariables(coordinator));
     std::vector<Tensor> args = FashionMnistDataArgs(
-        config_.data_dir, config_.seed, config_.batch_size, config_.steps_per_worker,
+        config_.data_dir, config_.seed, config_.batch_size, config_.dense_turns,
         static_cast<float>(config_.validation_fraction), config_.validation_dir, config_.devices);
     for (Tensor& t : net_->DatasetArgs()) args.push_back(std::move(t));
     ASSIGN_OR_RETURN(dataset_,
@@ -256,7 +256,6 @@ absl::StatusOr<FashionMnistConfig> ReadFashionMnistConfig(const FashionMnistMode
   ASSIGN_OR_RETURN(c.shards, extra->GetInt("shards", c.shards));
   ASSIGN_OR_RETURN(c.train_eval_examples,
                    extra->GetInt("train_eval_examples", c.train_eval_examples));
-  ASSIGN_OR_RETURN(c.steps_per_worker, extra->GetInt("steps_per_worker", c.steps_per_worker));
   ASSIGN_OR_RETURN(c.average_epochs, extra->GetDouble("average_epochs", c.average_epochs));
   RETURN_IF_ERROR(extra->Finish());
   ASSIGN_OR_RETURN(FashionMnistOptimizer chosen, FindOptimizer(def, optimizer));
@@ -269,6 +268,7 @@ absl::StatusOr<FashionMnistConfig> ReadFashionMnistConfig(const FashionMnistMode
   c.max_steps = options.max_steps;
   c.seed = options.seed;
   c.devices = options.devices;
+  c.dense_turns = options.dense_turns;
   // Rounded to float as the workers get it (a float32 closure argument): the same split everywhere.
   c.validation_fraction = static_cast<float>(options.validation_fraction);
   c.validation_dir = options.validation_data;
@@ -286,7 +286,7 @@ absl::Status CheckFashionMnistConfig(const FashionMnistModelDef& def, const Fash
   };
   for (const NonNegative& n :
        {NonNegative{"shards", c.shards}, NonNegative{"train_eval_examples", c.train_eval_examples},
-        NonNegative{"steps_per_worker", c.steps_per_worker}}) {
+        NonNegative{"dense_turns", c.dense_turns}}) {
     if (n.value < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat(def.name, ": ", n.name, "=", n.value, " must be >= 0"));

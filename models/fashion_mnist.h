@@ -75,8 +75,9 @@ struct FashionMnistConfig {
   int64_t shards = 0;
   // Training examples (the first) that train_accuracy is measured on [10000; 0: none].
   int64_t train_eval_examples = 10000;
-  // Training steps one worker runs at once [1; 0: no limit].
-  int64_t steps_per_worker = 1;
+  // Training steps of one worker between their pull and push at once (ModelOptions::dense_turns)
+  // [1; 0: no limit].
+  int64_t dense_turns = 1;
   // Epochs at the end whose weights are averaged for evaluation [3; 0: none].
   double average_epochs = 3;
   // The fraction of the training examples held out for validation [0.1, rounded to float as the
@@ -90,7 +91,7 @@ struct FashionMnistConfig {
 };
 
 // Reads the shared options from `options` and the extra options "optimizer", "shards",
-// "train_eval_examples", "steps_per_worker" and "average_epochs" from `extra`, then checks that
+// "train_eval_examples" and "average_epochs" from `extra`, then checks that
 // `extra` holds no other (read the model's own first). Errors: kInvalidArgument naming the
 // option (an unknown one, a number that doesn't parse, an unknown optimizer, a validation
 // fraction outside [0, 1)), starting with the model's name.
@@ -98,7 +99,7 @@ absl::StatusOr<FashionMnistConfig> ReadFashionMnistConfig(const FashionMnistMode
                                                           const ModelOptions& options,
                                                           ExtraOptions* extra);
 
-// Checks the shared numbers read: shards, train_eval_examples, steps_per_worker and
+// Checks the shared numbers read: shards, train_eval_examples, dense_turns and
 // average_epochs must be >= 0. Errors: kInvalidArgument naming the option.
 absl::Status CheckFashionMnistConfig(const FashionMnistModelDef& def,
                                      const FashionMnistConfig& config);

@@ -74,8 +74,7 @@ TEST(FashionMnistCnnOptionsTest, KnownOptions_Ok) {
                                                  {"hidden", "16"},
                                                  {"shards", "3"},
                                                  {"train_eval_examples", "0"},
-                                                 {"average_epochs", "0.5"},
-                                                 {"steps_per_worker", "0"}}))
+                                                 {"average_epochs", "0.5"}}))
                     .ok())
         << optimizer;
   }
@@ -216,8 +215,9 @@ TEST_F(FashionMnistCnnTrainTest, ToyStrokes_NoAveragingShardsReplicas_Learns) {
   options.validation_fraction = 0;
   options.devices.kind = DeviceOptions::Kind::kCpu;
   options.devices.replicas = 2;
-  options.extra = {{"filters", "6"}, {"hidden", "12"},          {"average_epochs", "0"},
-                   {"shards", "3"},  {"steps_per_worker", "2"}, {"train_eval_examples", "0"}};
+  options.dense_turns = 2;
+  options.extra = {{"filters", "6"}, {"hidden", "12"}, {"average_epochs", "0"},
+                   {"shards", "3"},  {"train_eval_examples", "0"}};
   auto model = CreateFashionMnistCnn(options);
   ASSERT_TRUE(model.ok()) << model.status();
   ASSERT_TRUE((*model)->Setup(coordinator_.get()).ok());

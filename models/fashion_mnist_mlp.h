@@ -27,9 +27,10 @@
 //                        fractions allowed; 0: evaluate the trained weights)
 //   train_eval_examples  training examples (the first ones) that train_accuracy is measured on
 //                        (default 10000; 0: none)
-//   steps_per_worker     training steps one worker runs at once (default 1, as a TF worker runs
-//                        one step at a time; 0: no limit). More hides the ps round trips but
-//                        trains on staler weights, which costs accuracy with Adam.
+//
+// Every weight is dense: a worker's steps take turns from the pull to the push
+// (ModelOptions::dense_turns, default 1, as a TF worker runs one step at a time). More turns hide
+// the ps round trips but train on staler weights, which costs accuracy with Adam.
 //
 // Metrics: test_accuracy, test_loss, and train_accuracy, train_loss on the training subset (with
 // the averaged weights when averaging); with averaging also last_test_accuracy, last_test_loss

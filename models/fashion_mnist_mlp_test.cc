@@ -53,9 +53,13 @@ TEST(FashionMnistMlpOptionsTest, BadNumbers_InvalidArgument) {
                        HasSubstr("average_epochs=-0.5 must be >= 0")));
   EXPECT_THAT(CreateFashionMnistMlp(WithExtra({{"average_epochs", "last"}})),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("average_epochs=last")));
-  EXPECT_THAT(CreateFashionMnistMlp(WithExtra({{"steps_per_worker", "-1"}})),
+  ModelOptions negative_turns;
+  negative_turns.dense_turns = -1;
+  EXPECT_THAT(CreateFashionMnistMlp(negative_turns),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("steps_per_worker=-1 must be >= 0")));
+                       HasSubstr("dense_turns=-1 must be >= 0")));
+  EXPECT_THAT(CreateFashionMnistMlp(WithExtra({{"steps_per_worker", "2"}})),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("steps_per_worker")));
 }
 
 TEST(FashionMnistMlpOptionsTest, KnownOptions_Ok) {
@@ -64,8 +68,7 @@ TEST(FashionMnistMlpOptionsTest, KnownOptions_Ok) {
                                                  {"hidden", "32"},
                                                  {"shards", "3"},
                                                  {"train_eval_examples", "0"},
-                                                 {"average_epochs", "0.5"},
-                                                 {"steps_per_worker", "0"}}))
+                                                 {"average_epochs", "0.5"}}))
                     .ok())
         << optimizer;
   }

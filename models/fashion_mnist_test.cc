@@ -44,7 +44,7 @@ TEST(FashionMnistConfigTest, Defaults_TheModelsAndTheFirstOptimizers) {
   EXPECT_EQ(c->learning_rate, 0.5);
   EXPECT_EQ(c->shards, 0);
   EXPECT_EQ(c->train_eval_examples, 10000);
-  EXPECT_EQ(c->steps_per_worker, 1);
+  EXPECT_EQ(c->dense_turns, 1);
   EXPECT_EQ(c->average_epochs, 3);
   // Rounded to float, as the workers get it.
   EXPECT_EQ(c->validation_fraction, static_cast<double>(0.1f));
@@ -56,9 +56,9 @@ TEST(FashionMnistConfigTest, Options_OverrideTheDefaults) {
   ModelOptions options = WithExtra({{"optimizer", "fancy"},
                                     {"shards", "3"},
                                     {"train_eval_examples", "0"},
-                                    {"steps_per_worker", "0"},
                                     {"average_epochs", "0.5"}});
   options.data = "elsewhere";
+  options.dense_turns = 0;
   options.epochs = 2;
   options.batch_size = 4;
   options.validation_data = "validation";
@@ -71,7 +71,7 @@ TEST(FashionMnistConfigTest, Options_OverrideTheDefaults) {
   EXPECT_EQ(c->learning_rate, 0.01);  // the optimizer's default
   EXPECT_EQ(c->shards, 3);
   EXPECT_EQ(c->train_eval_examples, 0);
-  EXPECT_EQ(c->steps_per_worker, 0);
+  EXPECT_EQ(c->dense_turns, 0);
   EXPECT_EQ(c->average_epochs, 0.5);
   EXPECT_EQ(c->validation_dir, "validation");
   options.learning_rate = 0.2;
@@ -98,7 +98,7 @@ TEST(FashionMnistConfigTest, ValidationFractionOutsideTheRange_InvalidArgument) 
 }
 
 TEST(FashionMnistConfigTest, Check_NegativeNumbers_InvalidArgumentNamingThem) {
-  for (const char* option : {"shards", "train_eval_examples", "steps_per_worker"}) {
+  for (const char* option : {"shards", "train_eval_examples"}) {
     absl::StatusOr<FashionMnistConfig> c = Read(WithExtra({{option, "-2"}}));
     ASSERT_TRUE(c.ok()) << c.status();
     EXPECT_THAT(CheckFashionMnistConfig(ToyDef(), *c),

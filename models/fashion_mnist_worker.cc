@@ -1,6 +1,5 @@
 #include "models/fashion_mnist_worker.h"
 
-#include <limits>
 #include <optional>
 #include <utility>
 
@@ -9,6 +8,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
 #include "models/batches.h"
+#include "worker/dense_turns.h"
 
 namespace pstrain {
 namespace {
@@ -22,20 +22,21 @@ struct FashionSplits {
   ImageSplit test;
 };
 
-// Everything a worker needs: the data, the network, the batches, and the slots that bound its
-// concurrent training steps. Thread-safe (the data and the network are read-only; the cursor of
-// Next() and the slots are guarded by mutexes), so closures share it.
+// Everything a worker needs: the data, the network, the batches, and the turns its training
+// steps take from the pull to the push (worker/dense_turns.h: every weight is dense here).
+// Thread-safe (the data and the network are read-only; the cursor of Next() and the turns lock
+// themselves), so closures share it.
 class FashionResource : public Dataset {
  public:
-  // `steps_at_once`: training steps that may run at once (0: no limit).
   FashionResource(FashionSplits splits, std::unique_ptr<const FashionNet> net,
-                  ReplicaGroup* replicas, int64_t batch_size, uint64_t seed, int64_t steps_at_once)
+                  ReplicaGroup* replicas, int64_t batch_size, uint64_t seed,
+                  DenseTurnsOptions turns)
       : splits_(std::move(splits)),
         net_(std::move(net)),
         replicas_(replicas),
         batches_(splits_.train.size(), batch_size, seed),
         first_epoch_(batches_.steps_per_epoch()),
-        free_step_slots_(steps_at_once > 0 ? steps_at_once : std::numeric_limits<int64_t>::max()) {}
+        turns_(turns) {}
 
   // The training examples in the order of the first epoch, one batch per element: images
   // (float32, FashionNet::InputShape) and labels (int64 [batch]).
@@ -61,25 +62,7 @@ class FashionResource : public Dataset {
   ReplicaGroup* replicas() const { return replicas_; }
   EpochBatches& batches() { return batches_; }
 
-  // Holds one of the training-step slots from construction to destruction (waits for one).
-  class StepSlot {
-   public:
-    explicit StepSlot(FashionResource* res) : res_(res) {
-      absl::MutexLock lock(&res_->slots_mu_);
-      res_->slots_mu_.Await(absl::Condition(
-          +[](int64_t* free) { return *free > 0; }, &res_->free_step_slots_));
-      --res_->free_step_slots_;
-    }
-    ~StepSlot() {
-      absl::MutexLock lock(&res_->slots_mu_);
-      ++res_->free_step_slots_;
-    }
-    StepSlot(const StepSlot&) = delete;
-    StepSlot& operator=(const StepSlot&) = delete;
-
-   private:
-    FashionResource* const res_;
-  };
+  DenseTurns& turns() { return turns_; }
 
  private:
   const FashionSplits splits_;
@@ -87,8 +70,7 @@ class FashionResource : public Dataset {
   ReplicaGroup* const replicas_;
   EpochBatches batches_;
   FirstEpochSteps first_epoch_;
-  absl::Mutex slots_mu_;
-  int64_t free_step_slots_ ABSL_GUARDED_BY(slots_mu_);
+  DenseTurns turns_;
 };
 
 absl::StatusOr<FashionResource*> ResourceOf(ClosureContext& ctx, const FashionMnistNames& names,
@@ -127,8 +109,8 @@ absl::StatusOr<std::vector<Tensor>> TrainStep(const FashionMnistNames& names, Cl
   // Uninitialized: the pull and the backward pass overwrite every float.
   std::unique_ptr<float[]> params(new float[net.num_params()]);
   std::unique_ptr<float[]> grads(new float[net.num_params()]);
-  FashionResource::StepSlot slot(res);  // from the pull to the push
-  RETURN_IF_ERROR(PullFlat(vars, params.get()));
+  DenseTurn turn = res->turns().Take(step + 1);  // from the pull to the push
+  RETURN_IF_ERROR(PullFlat(vars, params.get(), turn.cache()));
   const int64_t n = static_cast<int64_t>(rows.size());
   ASSIGN_OR_RETURN(float loss, net.ForwardBackward(res->replicas(), params.get(), n, x.data(),
                                                    labels.data(), grads.get()));
@@ -136,7 +118,7 @@ absl::StatusOr<std::vector<Tensor>> TrainStep(const FashionMnistNames& names, Cl
   // learning-rate schedule's argument; 1-based on the wire).
   UpdateBatch update;
   update.set_step(step + 1);
-  RETURN_IF_ERROR(AddFlatOps(vars, UpdateOp::APPLY_GRADIENT, grads.get(), &update));
+  RETURN_IF_ERROR(AddFlatOps(vars, UpdateOp::APPLY_GRADIENT, grads.get(), &update, turn.cache()));
   RETURN_IF_ERROR(AddFlatOps(sums, UpdateOp::ASSIGN_ADD, params.get(), &update));
   const float one = 1.0f;
   if (average != 0) {
@@ -145,6 +127,7 @@ absl::StatusOr<std::vector<Tensor>> TrainStep(const FashionMnistNames& names, Cl
                                     absl::string_view(reinterpret_cast<const char*>(&one), 4)));
   }
   RETURN_IF_ERROR(update.Run());
+  turn.Release();
   return std::vector<Tensor>{Tensor::Scalar<float>(loss), Tensor::Scalar<int64_t>(n)};
 }
 
@@ -248,7 +231,12 @@ absl::StatusOr<std::unique_ptr<Dataset>> MakeResource(const FashionMnistNames& n
   if (batch_size < 1) {
     return absl::InvalidArgumentError(absl::StrCat(dataset, ": batch size ", batch_size));
   }
-  ASSIGN_OR_RETURN(int64_t steps_at_once, IntArg(args, 3, dataset));
+  ASSIGN_OR_RETURN(int64_t dense_turns, IntArg(args, 3, dataset));
+  if (dense_turns < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(dataset, ": dense_turns ", dense_turns, " < 0"));
+  }
+  DenseTurnsOptions turns;
+  turns.turns = static_cast<int>(dense_turns);
   ASSIGN_OR_RETURN(double validation_fraction, FloatArg(args, 4, dataset));
   ASSIGN_OR_RETURN(std::string validation_dir, StringArg(args, 5, dataset));
   ASSIGN_OR_RETURN(WorkerDevices devices, DevicesFromArgs(args, 6, dataset));
@@ -259,20 +247,20 @@ absl::StatusOr<std::unique_ptr<Dataset>> MakeResource(const FashionMnistNames& n
   ASSIGN_OR_RETURN(ReplicaGroup * replicas, replica_groups->Get(devices));
   return std::unique_ptr<Dataset>(new FashionResource(std::move(splits), std::move(net), replicas,
                                                       batch_size, static_cast<uint64_t>(seed),
-                                                      steps_at_once));
+                                                      turns));
 }
 
 }  // namespace
 
 std::vector<Tensor> FashionMnistDataArgs(const std::string& data_dir, uint64_t seed,
-                                         int64_t batch_size, int64_t steps_at_once,
+                                         int64_t batch_size, int64_t dense_turns,
                                          float validation_fraction,
                                          const std::string& validation_dir,
                                          const WorkerDevices& devices) {
   std::vector<Tensor> args = {Tensor::String(data_dir),
                               Tensor::Scalar<int64_t>(static_cast<int64_t>(seed)),
                               Tensor::Scalar<int64_t>(batch_size),
-                              Tensor::Scalar<int64_t>(steps_at_once),
+                              Tensor::Scalar<int64_t>(dense_turns),
                               Tensor::Scalar<float>(validation_fraction),
                               Tensor::String(validation_dir)};
   for (Tensor& t : DeviceArgs(devices)) args.push_back(std::move(t));

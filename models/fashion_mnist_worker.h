@@ -119,14 +119,15 @@ class FashionNetOver : public FashionNet {
 };
 
 // The dataset's arguments, in order: the data directory (string), the seed, the batch size, the
-// training steps one worker runs at once (0: no limit) (int64), the validation fraction (float),
+// dense turns: training steps of one worker between their pull and push at once
+// (worker/dense_turns.h; 0: no limit) (int64), the validation fraction (float),
 // the validation directory (string; "": hold out the fraction of the training examples), the
 // devices (DeviceArgs, two int64); then the network's own, from kFashionMnistNetArgs on.
 inline constexpr size_t kFashionMnistNetArgs = 8;
 
 // The shared arguments (all but the network's), as the coordinator sends them.
 std::vector<Tensor> FashionMnistDataArgs(const std::string& data_dir, uint64_t seed,
-                                         int64_t batch_size, int64_t steps_at_once,
+                                         int64_t batch_size, int64_t dense_turns,
                                          float validation_fraction,
                                          const std::string& validation_dir,
                                          const WorkerDevices& devices);

@@ -13,7 +13,8 @@
 
 namespace pstrain {
 
-absl::Status PullFlat(absl::Span<const FlatVariable> vars, float* params) {
+absl::Status PullFlat(absl::Span<const FlatVariable> vars, float* params,
+                      const DenseCache* cache) {
   // One request per ps; per op, where its bytes go and how many there must be.
   struct PerPs {
     PsClient* client = nullptr;
@@ -24,6 +25,7 @@ absl::Status PullFlat(absl::Span<const FlatVariable> vars, float* params) {
   std::map<PsClient*, PerPs> per_ps;
   for (const FlatVariable& v : vars) {
     char* base = reinterpret_cast<char*>(params + v.offset);
+    if (cache != nullptr && cache->Read(v.variable, base)) continue;
     for (const ShardLocation& s : v.variable.shards()) {
       PsClient* client = v.variable.ps(s.ps_task);
       PerPs& p = per_ps[client];
@@ -57,11 +59,11 @@ absl::Status PullFlat(absl::Span<const FlatVariable> vars, float* params) {
 }
 
 absl::Status AddFlatOps(absl::Span<const FlatVariable> vars, UpdateOp::Kind kind,
-                        const float* values, UpdateBatch* update) {
+                        const float* values, UpdateBatch* update, DenseCache* cache) {
   for (const FlatVariable& v : vars) {
     const absl::string_view bytes(reinterpret_cast<const char*>(values + v.offset),
                                   v.variable.num_rows() * v.variable.row_bytes());
-    RETURN_IF_ERROR(update->AddDense(v.variable, kind, bytes));
+    RETURN_IF_ERROR(update->AddDense(v.variable, kind, bytes, cache));
   }
   return absl::OkStatus();
 }

@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "ps/dense_cache.h"
 #include "ps/sharded_variable.h"
 
 namespace pstrain {
@@ -29,14 +30,17 @@ struct FlatVariable {
 };
 
 // Reads every shard of every variable into `params` at its place, with one Read request per ps
-// task, all in parallel. Errors: the first ps error; kInternal when a ps answers with the wrong
-// number of values or bytes (naming the ps and the shard).
-absl::Status PullFlat(absl::Span<const FlatVariable> vars, float* params);
+// task, all in parallel; a variable `cache` (may be null: ps/dense_cache.h) holds is copied from
+// it instead. Errors: the first ps error; kInternal when a ps answers with the wrong number of
+// values or bytes (naming the ps and the shard).
+absl::Status PullFlat(absl::Span<const FlatVariable> vars, float* params,
+                      const DenseCache* cache = nullptr);
 
 // Adds one dense op per variable to `update`: `kind` with the variable's range of `values`, which
-// must stay alive and unchanged until the update has run.
+// must stay alive and unchanged until the update has run. With `cache`, the variables' rows come
+// back into it (UpdateBatch::AddDense).
 absl::Status AddFlatOps(absl::Span<const FlatVariable> vars, UpdateOp::Kind kind,
-                        const float* values, UpdateBatch* update);
+                        const float* values, UpdateBatch* update, DenseCache* cache = nullptr);
 
 }  // namespace pstrain
 

@@ -52,7 +52,8 @@ class FlightsCtr final : public Model {
                                 Tensor::String(FlightFeatureNames(config_.features)),
                                 Tensor::Scalar<int64_t>(config_.dynamic ? 1 : 0),
                                 Tensor::Scalar<float>(static_cast<float>(f.validation_fraction)),
-                                Tensor::String(f.validation_path)};
+                                Tensor::String(f.validation_path),
+                                Tensor::Scalar<int64_t>(config_.dense_turns)};
     for (Tensor& t : DeviceArgs(config_.devices)) args.push_back(std::move(t));
     ASSIGN_OR_RETURN(dataset_,
                      coordinator->CreatePerWorkerDataset(kFlightsCtrData, std::move(args)));
@@ -215,6 +216,7 @@ absl::StatusOr<FlightsCtrConfig> FlightsCtrConfigFromOptions(const ModelOptions&
   c.max_steps = options.max_steps;
   c.seed = options.seed;
   c.devices = options.devices;
+  c.dense_turns = options.dense_turns;
   auto bad = [](const std::string& what) {
     return absl::InvalidArgumentError(absl::StrCat(kFlightsCtrModel, ": ", what));
   };

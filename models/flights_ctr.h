@@ -99,6 +99,8 @@ struct FlightsCtrConfig {
   int64_t max_keys = 0;
   // Where the workers compute (ModelOptions::devices).
   WorkerDevices devices;
+  // Steps of one worker in the dense part at once (ModelOptions::dense_turns).
+  int dense_turns = 1;
 };
 
 // Errors: kInvalidArgument naming a bad or unknown option.

@@ -44,12 +44,55 @@ absl::StatusOr<CtrVariables> FindCtrVariables(PsConnection* ps, bool dynamic) {
   return v;
 }
 
-absl::Status PullCtrBatch(const CtrVariables& v, const CtrKeying& keying, Device* host,
-                          absl::Span<const Flight> flights, absl::Span<const int64_t> rows,
-                          int64_t step, CtrPulled* p) {
-  const int64_t n = static_cast<int64_t>(rows.size());
+namespace {
+
+// Adds the rows of p->unique to `lookup` (sized in p).
+absl::Status AddRows(const CtrVariables& v, const CtrKeying& keying, int64_t step, CtrPulled* p,
+                     LookupBatch* lookup) {
+  const auto unique = absl::MakeConstSpan(p->unique.data(), static_cast<size_t>(p->num_unique));
+  p->emb.resize(p->num_unique * keying.shape().dim);
+  p->lr.resize(p->num_unique);
+  auto out = [](std::vector<float>& x) { return reinterpret_cast<char*>(x.data()); };
+  if (v.emb_table.has_value()) {
+    const LookupMode mode = step > 0 ? LookupMode::kTrain : LookupMode::kEval;
+    lookup->set_step(step);
+    RETURN_IF_ERROR(lookup->Add(*v.emb_table, unique, out(p->emb), mode));
+    RETURN_IF_ERROR(lookup->Add(*v.lr_table, unique, out(p->lr), mode));
+  } else {
+    RETURN_IF_ERROR(lookup->Add(*v.emb, unique, out(p->emb)));
+    RETURN_IF_ERROR(lookup->Add(*v.lr, unique, out(p->lr)));
+  }
+  return absl::OkStatus();
+}
+
+// Adds every dense weight to `lookup` (sized in p), but those `cache` (may be null) holds: they
+// are copied from it.
+absl::Status AddWeights(const CtrVariables& v, const CtrKeying& keying, CtrPulled* p,
+                        LookupBatch* lookup, DenseCache* cache = nullptr) {
   const CtrNetShape& shape = keying.shape();
-  const int64_t f = shape.features;
+  CtrDenseWeights& d = p->dense;
+  d.w1.resize(shape.w1_size());
+  d.b1.resize(shape.hidden);
+  d.w2.resize(shape.hidden);
+  d.b2.resize(1);
+  d.lr_bias.resize(1);
+  auto add = [&](const ShardedVariable& var, std::vector<float>& x) {
+    char* out = reinterpret_cast<char*>(x.data());
+    if (cache != nullptr && cache->Read(var, out)) return absl::OkStatus();
+    return lookup->Add(var, keying.DenseIds(var.num_rows()), out);
+  };
+  RETURN_IF_ERROR(add(v.w1, d.w1));
+  RETURN_IF_ERROR(add(v.b1, d.b1));
+  RETURN_IF_ERROR(add(v.w2, d.w2));
+  RETURN_IF_ERROR(add(v.b2, d.b2));
+  return add(v.lr_bias, d.lr_bias);
+}
+
+// Keys and dedupes flights[rows] into p.
+absl::Status KeyRows(const CtrKeying& keying, Device* host, absl::Span<const Flight> flights,
+                     absl::Span<const int64_t> rows, CtrPulled* p) {
+  const int64_t n = static_cast<int64_t>(rows.size());
+  const int64_t f = keying.shape().features;
   p->ids.resize(n * f);
   keying.Ids(flights, rows, p->ids.data());
   p->labels.resize(n);
@@ -58,31 +101,35 @@ absl::Status PullCtrBatch(const CtrVariables& v, const CtrKeying& keying, Device
   p->index.resize(n * f);
   ASSIGN_OR_RETURN(p->num_unique,
                    host->Unique(n * f, p->ids.data(), p->unique.data(), p->index.data()));
-  const auto unique = absl::MakeConstSpan(p->unique.data(), static_cast<size_t>(p->num_unique));
-  p->emb.resize(p->num_unique * shape.dim);
-  p->lr.resize(p->num_unique);
-  CtrDenseWeights& d = p->dense;
-  d.w1.resize(shape.w1_size());
-  d.b1.resize(shape.hidden);
-  d.w2.resize(shape.hidden);
-  d.b2.resize(1);
-  d.lr_bias.resize(1);
-  auto out = [](std::vector<float>& x) { return reinterpret_cast<char*>(x.data()); };
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status PullCtrBatch(const CtrVariables& v, const CtrKeying& keying, Device* host,
+                          absl::Span<const Flight> flights, absl::Span<const int64_t> rows,
+                          int64_t step, CtrPulled* p) {
+  RETURN_IF_ERROR(KeyRows(keying, host, flights, rows, p));
   LookupBatch lookup;
-  if (v.emb_table.has_value()) {
-    const LookupMode mode = step > 0 ? LookupMode::kTrain : LookupMode::kEval;
-    lookup.set_step(step);
-    RETURN_IF_ERROR(lookup.Add(*v.emb_table, unique, out(p->emb), mode));
-    RETURN_IF_ERROR(lookup.Add(*v.lr_table, unique, out(p->lr), mode));
-  } else {
-    RETURN_IF_ERROR(lookup.Add(*v.emb, unique, out(p->emb)));
-    RETURN_IF_ERROR(lookup.Add(*v.lr, unique, out(p->lr)));
-  }
-  RETURN_IF_ERROR(lookup.Add(v.w1, keying.DenseIds(shape.input()), out(d.w1)));
-  RETURN_IF_ERROR(lookup.Add(v.b1, keying.DenseIds(1), out(d.b1)));
-  RETURN_IF_ERROR(lookup.Add(v.w2, keying.DenseIds(shape.hidden), out(d.w2)));
-  RETURN_IF_ERROR(lookup.Add(v.b2, keying.DenseIds(1), out(d.b2)));
-  RETURN_IF_ERROR(lookup.Add(v.lr_bias, keying.DenseIds(1), out(d.lr_bias)));
+  RETURN_IF_ERROR(AddRows(v, keying, step, p, &lookup));
+  RETURN_IF_ERROR(AddWeights(v, keying, p, &lookup));
+  return lookup.Run();
+}
+
+absl::Status PullCtrRows(const CtrVariables& v, const CtrKeying& keying, Device* host,
+                         absl::Span<const Flight> flights, absl::Span<const int64_t> rows,
+                         int64_t step, CtrPulled* p) {
+  RETURN_IF_ERROR(KeyRows(keying, host, flights, rows, p));
+  LookupBatch lookup;
+  RETURN_IF_ERROR(AddRows(v, keying, step, p, &lookup));
+  return lookup.Run();
+}
+
+absl::Status PullCtrWeights(const CtrVariables& v, const CtrKeying& keying, int64_t step,
+                            CtrPulled* p, DenseCache* cache) {
+  LookupBatch lookup;
+  lookup.set_step(step);
+  RETURN_IF_ERROR(AddWeights(v, keying, p, &lookup, cache));
   return lookup.Run();
 }
 

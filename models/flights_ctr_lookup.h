@@ -15,6 +15,7 @@
 #include "absl/types/span.h"
 #include "models/ctr_net.h"
 #include "models/flights_data.h"
+#include "ps/dense_cache.h"
 #include "ps/sharded_variable.h"
 #include "worker/device/device.h"
 #include "worker/ps_connection.h"
@@ -95,6 +96,16 @@ struct CtrPulled {
 absl::Status PullCtrBatch(const CtrVariables& v, const CtrKeying& keying, Device* host,
                           absl::Span<const Flight> flights, absl::Span<const int64_t> rows,
                           int64_t step, CtrPulled* p);
+
+// PullCtrBatch in two halves, for a training step that takes its turn at the dense part between
+// them (worker/dense_turns.h): the flights' table rows, then the dense weights. Errors: as above.
+absl::Status PullCtrRows(const CtrVariables& v, const CtrKeying& keying, Device* host,
+                         absl::Span<const Flight> flights, absl::Span<const int64_t> rows,
+                         int64_t step, CtrPulled* p);
+// `step` goes with the weights' lookup (the ps notes a training read's step: ps/staleness.h);
+// weights `cache` (may be null) holds come from it instead (ps/dense_cache.h).
+absl::Status PullCtrWeights(const CtrVariables& v, const CtrKeying& keying, int64_t step,
+                            CtrPulled* p, DenseCache* cache = nullptr);
 
 }  // namespace pstrain
 

@@ -12,6 +12,7 @@
 #include "models/flights_ctr_lookup.h"
 #include "models/flights_data.h"
 #include "ps/sharded_variable.h"
+#include "worker/dense_turns.h"
 #include "worker/device/device.h"
 
 namespace pstrain {
@@ -22,8 +23,9 @@ namespace {
 class FlightsResource : public Dataset {
  public:
   FlightsResource(FlightsData data, ReplicaGroup* replicas, Device* host, int64_t batch_size,
-                  uint64_t seed, CtrKeying keying)
-      : data_(std::move(data)),
+                  uint64_t seed, CtrKeying keying, DenseTurnsOptions turns)
+      : turns_(turns),
+        data_(std::move(data)),
         replicas_(replicas),
         host_(host),
         batches_(static_cast<int64_t>(data_.train.size()), batch_size, seed),
@@ -53,8 +55,10 @@ class FlightsResource : public Dataset {
   Device* host() const { return host_; }
   EpochBatches& batches() { return batches_; }
   const CtrKeying& keying() const { return keying_; }
+  DenseTurns& turns() { return turns_; }
 
  private:
+  DenseTurns turns_;
   const FlightsData data_;
   ReplicaGroup* const replicas_;
   Device* const host_;
@@ -82,8 +86,13 @@ absl::StatusOr<std::vector<Tensor>> TrainStep(ClosureContext& ctx, absl::Span<co
       ReplicaShare(res->batches().Batch(step), ctx.replica_index, ctx.num_replicas);
   CtrPulled p;
   const int64_t global_step = step + 1;  // 1-based: 0 means "no step" to a dynamic table
+  // The table rows at once; the dense weights, the net and their gradients in this worker's turn
+  // (worker/dense_turns.h), so the weights hold its earlier steps' updates.
   RETURN_IF_ERROR(
-      PullCtrBatch(v, res->keying(), res->host(), res->data().train, rows, global_step, &p));
+      PullCtrRows(v, res->keying(), res->host(), res->data().train, rows, global_step, &p));
+  DenseTurn turn = res->turns().Take(global_step);
+  DenseCache* const cache = turn.cache();
+  RETURN_IF_ERROR(PullCtrWeights(v, res->keying(), global_step, &p, cache));
   std::vector<float> grads;
   float loss = 0, lr_loss = 0;
   RETURN_IF_ERROR(CtrReplicatedStep(res->replicas(), res->keying().shape(), p.batch(),
@@ -109,16 +118,20 @@ absl::StatusOr<std::vector<Tensor>> TrainStep(ClosureContext& ctx, absl::Span<co
                                      bytes(layout.lr, layout.w1).data()));
   }
   RETURN_IF_ERROR(
-      update.AddDense(v.w1, UpdateOp::APPLY_GRADIENT, bytes(layout.w1, layout.b1)));
+      update.AddDense(v.w1, UpdateOp::APPLY_GRADIENT, bytes(layout.w1, layout.b1), cache));
   RETURN_IF_ERROR(
-      update.AddDense(v.b1, UpdateOp::APPLY_GRADIENT, bytes(layout.b1, layout.w2)));
+      update.AddDense(v.b1, UpdateOp::APPLY_GRADIENT, bytes(layout.b1, layout.w2), cache));
   RETURN_IF_ERROR(
-      update.AddDense(v.w2, UpdateOp::APPLY_GRADIENT, bytes(layout.w2, layout.b2)));
+      update.AddDense(v.w2, UpdateOp::APPLY_GRADIENT, bytes(layout.w2, layout.b2), cache));
   RETURN_IF_ERROR(
-      update.AddDense(v.b2, UpdateOp::APPLY_GRADIENT, bytes(layout.b2, layout.lr_bias)));
+      update.AddDense(v.b2, UpdateOp::APPLY_GRADIENT, bytes(layout.b2, layout.lr_bias), cache));
   RETURN_IF_ERROR(update.AddDense(v.lr_bias, UpdateOp::APPLY_GRADIENT,
-                                  bytes(layout.lr_bias, layout.size)));
+                                  bytes(layout.lr_bias, layout.size), cache));
+  // One push for the rows and the weights (sent to the ps tasks side by side); the weights come
+  // back into the cache as it left them, and the turn goes back once it has landed, so the
+  // worker's next step computes on weights that hold it.
   RETURN_IF_ERROR(update.Run());
+  turn.Release();
   return std::vector<Tensor>{Tensor::Scalar<float>(loss),
                              Tensor::Scalar<int64_t>(static_cast<int64_t>(rows.size())),
                              Tensor::Scalar<float>(lr_loss)};
@@ -181,7 +194,14 @@ absl::Status RegisterFlightsCtr(ClosureRegistry* registry,
         ASSIGN_OR_RETURN(int64_t dynamic, IntArg(args, 10, kFlightsCtrData));
         ASSIGN_OR_RETURN(options.validation_fraction, FloatArg(args, 11, kFlightsCtrData));
         ASSIGN_OR_RETURN(options.validation_path, StringArg(args, 12, kFlightsCtrData));
-        ASSIGN_OR_RETURN(WorkerDevices devices, DevicesFromArgs(args, 13, kFlightsCtrData));
+        DenseTurnsOptions turns;
+        ASSIGN_OR_RETURN(int64_t dense_turns, IntArg(args, 13, kFlightsCtrData));
+        if (dense_turns < 0) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              kFlightsCtrData, ": dense_turns ", dense_turns, " < 0"));
+        }
+        turns.turns = static_cast<int>(dense_turns);
+        ASSIGN_OR_RETURN(WorkerDevices devices, DevicesFromArgs(args, 14, kFlightsCtrData));
         if (batch_size < 1 || hash_rows < 1 || shape.dim < 1 || shape.hidden < 1) {
           return absl::InvalidArgumentError(absl::StrCat(
               kFlightsCtrData, ": batch_size, hash_rows, dim and hidden must be >= 1"));
@@ -193,7 +213,7 @@ absl::Status RegisterFlightsCtr(ClosureRegistry* registry,
         ASSIGN_OR_RETURN(Device * host, replica_groups->Cpu());
         return std::unique_ptr<Dataset>(new FlightsResource(
             std::move(data), replicas, host, batch_size, static_cast<uint64_t>(seed),
-            CtrKeying(std::move(features), hash_rows, dynamic != 0, shape)));
+            CtrKeying(std::move(features), hash_rows, dynamic != 0, shape), turns));
       });
 }
 

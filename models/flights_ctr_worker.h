@@ -25,7 +25,8 @@ namespace pstrain {
 //                      seed, batch size, hash_rows, embedding dim, hidden units (int64), the
 //                      features' names (string, FlightFeatureNames), the embedding's kind (int64:
 //                      1 dynamic, 0 hashed), the validation fraction (float32), the validation
-//                      path (string), the devices (DeviceArgs, two int64).
+//                      path (string), the dense turns (int64, worker/dense_turns.h: 0 no
+//                      limit), the devices (DeviceArgs, two int64).
 inline constexpr char kFlightsCtrTrain[] = "flights_ctr/train";
 inline constexpr char kFlightsCtrEval[] = "flights_ctr/eval";
 inline constexpr char kFlightsCtrData[] = "flights_ctr/data";

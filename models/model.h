@@ -80,6 +80,12 @@ struct ModelOptions {
   // Where the workers compute (a GPU per replica, or the CPU) and how many replicas each runs.
   // Models whose step is too small for a GPU document that they run on the CPU.
   WorkerDevices devices;
+  // How many of one worker's steps may be in the dense part of the model (its fixed variables:
+  // read, compute, push) at once (worker/dense_turns.h). Default 1: a worker's steps take turns
+  // there, so each dense gradient is computed on weights holding the worker's earlier steps'
+  // updates; 0: no limit (every step in flight reads and pushes at will). Models without a dense
+  // part ignore it.
+  int dense_turns = 1;
   // Model-specific settings by name (e.g. "user_col" for the ratings model); each model lists
   // those it reads and rejects unknown ones.
   std::map<std::string, std::string> extra;

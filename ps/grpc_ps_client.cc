@@ -161,7 +161,7 @@ class GrpcPsClient final : public PsClient {
 
  private:
   // UpdateRequest's wire format: each op as its own fields, then (*values)[i] as field 5; then the
-  // request's step (field 2).
+  // request's step (field 2) and return_rows (field 3).
   static absl::StatusOr<grpc::ByteBuffer> ZeroCopyUpdate(
       const UpdateRequest& request, const std::vector<absl::string_view>& values,
       std::function<void()> released) {
@@ -181,6 +181,7 @@ class GrpcPsClient final : public PsClient {
     }
     const uint64_t step = static_cast<uint64_t>(request.step());
     if (step != 0) total += 1 + CodedOutputStream::VarintSize64(step);
+    if (request.return_rows()) total += 2;
     return ZeroCopyWrite(
         total,
         [&](CodedOutputStream* out) {
@@ -197,6 +198,10 @@ class GrpcPsClient final : public PsClient {
             out->WriteTag(WireFormatLite::MakeTag(2, WireFormatLite::WIRETYPE_VARINT));
             out->WriteVarint64(step);
           }
+          if (request.return_rows()) {
+            out->WriteTag(WireFormatLite::MakeTag(3, WireFormatLite::WIRETYPE_VARINT));
+            out->WriteVarint64(1);
+          }
         },
         std::move(released), "UpdateRequest");
   }
@@ -208,7 +213,13 @@ class GrpcPsClient final : public PsClient {
       // the caller's buffers, not copied) spliced in as field 5, then the step.
       auto frame = std::make_shared<UpdateFrame>(*request, values);
       data->Call(kUpdateMethod, frame->pieces,
-                 [this, data, frame, done = std::move(done)](absl::Status s, RawTcpReply) {
+                 [this, data, frame, response, done = std::move(done)](absl::Status s,
+                                                                       RawTcpReply reply) {
+                   // Empty unless the request asked for the rows (return_rows).
+                   if (s.ok() && !response->ParseFromArray(reply.bytes.data(),
+                                                           static_cast<int>(reply.bytes.size()))) {
+                     s = absl::InternalError("update reply: malformed");
+                   }
                    done(DataPlaneStatus(data, std::move(s)));
                  });
       return;
@@ -309,6 +320,9 @@ class GrpcPsClient final : public PsClient {
         if (has_ids) bytes += 1 + varint_size(op.ids().size()) + op.ids().size();
         if (op.rows_case() == UpdateOp::kRange) bytes += 1 + varint_size(range.size()) + range.size();
         if (op.dtype() != 0) bytes += 1 + varint_size(static_cast<uint64_t>(op.dtype()));
+        if (op.read_version() != 0) {
+          bytes += 1 + varint_size(static_cast<uint64_t>(op.read_version()));
+        }
         if (!v.empty()) bytes += 1 + varint_size(v.size()) + v.size();
         open();
         tag(1, kLen);
@@ -338,6 +352,10 @@ class GrpcPsClient final : public PsClient {
           tag(6, kVarint);
           varint(static_cast<uint64_t>(op.dtype()));
         }
+        if (op.read_version() != 0) {
+          tag(7, kVarint);
+          varint(static_cast<uint64_t>(op.read_version()));
+        }
         if (!v.empty()) {
           tag(5, kLen);
           varint(v.size());
@@ -347,10 +365,16 @@ class GrpcPsClient final : public PsClient {
         }
         close();
       }
-      if (request.step() != 0) {
+      if (request.step() != 0 || request.return_rows()) {
         open();
-        tag(2, kVarint);
-        varint(static_cast<uint64_t>(request.step()));
+        if (request.step() != 0) {
+          tag(2, kVarint);
+          varint(static_cast<uint64_t>(request.step()));
+        }
+        if (request.return_rows()) {
+          tag(3, kVarint);
+          varint(1);
+        }
         close();
       }
       // `header` stops growing here: the views into it stay valid.

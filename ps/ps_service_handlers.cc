@@ -230,11 +230,13 @@ PsServiceHandlers::Method PsServiceHandlers::Bind(absl::string_view name) {
     };
   }
   if (name == "Update") {
-    // UpdateResponse has no fields: its reply is zero bytes, complete as soon as the update is
-    // certain to apply (over the data plane the answer is on its way while it is applied).
+    // Its reply is zero bytes, complete as soon as the update is certain to apply (over the data
+    // plane the answer is on its way while it is applied); or, when the request asks for the
+    // rows it updated (return_rows), those rows once it is applied.
     return [this](const std::vector<absl::string_view>& bytes, const ReplyAllocator& reply) {
-      if (!reply.completes()) return store_.UpdateWire(bytes);
-      return store_.UpdateWire(bytes, [&reply] { return reply.Complete(); });
+      const std::function<char*(size_t)> rows = [&reply](size_t n) { return reply(n); };
+      if (!reply.completes()) return store_.UpdateWire(bytes, nullptr, rows);
+      return store_.UpdateWire(bytes, [&reply] { return reply.Complete(); }, rows);
     };
   }
   // Checkpoint calls run long (disk I/O), on gRPC's callback thread too: the ps has nothing else

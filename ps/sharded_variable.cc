@@ -1,5 +1,7 @@
 #include "ps/sharded_variable.h"
 
+#include "ps/dense_cache.h"
+
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -430,13 +432,15 @@ absl::Status UpdateBatch::AddSparse(const DynamicTable& t, UpdateOp::Kind kind,
 }
 
 absl::Status UpdateBatch::AddDense(const ShardedVariable& v, UpdateOp::Kind kind,
-                                   absl::string_view values) {
+                                   absl::string_view values, DenseCache* cache) {
   if (static_cast<int64_t>(values.size()) != v.num_rows() * v.row_bytes()) {
     return absl::InvalidArgumentError(absl::StrCat("variable \"", v.name(), "\": ", values.size(),
                                                    " bytes of values for ", v.num_rows(),
                                                    " rows of ", v.row_bytes(), " bytes"));
   }
-  for (const ShardLocation& s : v.shards()) {
+  if (cache != nullptr) returned_.push_back(Returned{cache, v, {}});
+  for (size_t i = 0; i < v.shards().size(); ++i) {
+    const ShardLocation& s = v.shards()[i];
     PerPs& p = For(v.ps(s.ps_task));
     // Sent from the caller's memory, not copied into the request.
     p.values.push_back(values.substr(s.row_offset * v.row_bytes(), s.num_rows * v.row_bytes()));
@@ -446,6 +450,12 @@ absl::Status UpdateBatch::AddDense(const ShardedVariable& v, UpdateOp::Kind kind
     op->mutable_range()->set_row_begin(s.row_offset);
     op->mutable_range()->set_row_end(s.row_offset + s.num_rows);
     op->set_dtype(v.dtype());
+    if (cache != nullptr) {
+      // The gradient was computed on the cache's rows if it holds them: their version says so.
+      op->set_read_version(cache->Version(v, static_cast<int>(i)));
+      p.request.set_return_rows(true);
+      returned_.back().ops.push_back({p.client, p.request.ops_size() - 1});
+    }
   }
   return absl::OkStatus();
 }
@@ -477,6 +487,31 @@ absl::Status UpdateBatch::Run() {
                                                         " (the synchronous update was not sent)"));
     }
   }
+  // What came back for the caches: a variable's copy only if the push landed whole and every
+  // shard of it returned its rows.
+  for (const Returned& r : returned_) {
+    if (!status.ok()) {
+      r.cache->Drop(r.variable);
+      continue;
+    }
+    r.cache->Begin(r.variable);
+    for (size_t i = 0; i < r.ops.size(); ++i) {
+      auto found = per_ps_.find(r.ops[i].client);
+      const PerPs* p = found != per_ps_.end() ? &found->second : nullptr;
+      if (p == nullptr) {
+        auto sync = synchronous.find(r.ops[i].client);
+        if (sync != synchronous.end()) p = &sync->second;
+      }
+      const int op = r.ops[i].op;
+      if (p == nullptr || op >= p->response.values_size() || op >= p->response.versions_size()) {
+        continue;
+      }
+      r.cache->Put(r.variable, static_cast<int>(i), p->response.values(op),
+                   p->response.versions(op));
+    }
+    r.cache->Commit(r.variable);
+  }
+  returned_.clear();
   per_ps_.clear();
   return status;
 }

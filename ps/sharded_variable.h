@@ -17,6 +17,8 @@
 
 namespace pstrain {
 
+class DenseCache;
+
 // Where one shard lives.
 struct ShardLocation {
   std::string name;        // "emb/part_0"
@@ -131,11 +133,26 @@ class UpdateBatch {
   // The global step the requests belong to (dynamic tables' recency and TTL). Default 0: none.
   void set_step(int64_t step) { step_ = step; }
   // Dense: `values` covers the whole variable in row order. It is sent from where it is, not
-  // copied: it must stay alive and unchanged until Run returns.
-  absl::Status AddDense(const ShardedVariable& v, UpdateOp::Kind kind, absl::string_view values);
+  // copied: it must stay alive and unchanged until Run returns. With `cache` (not owned; must
+  // outlive Run), the ps tasks reply with the variable's rows as the update left them, which
+  // Run puts into the cache (ps/dense_cache.h: the push is also the next read), and each shard's
+  // op carries the version of the cache's rows the values were computed on.
+  absl::Status AddDense(const ShardedVariable& v, UpdateOp::Kind kind, absl::string_view values,
+                        DenseCache* cache = nullptr);
   absl::Status Run();
 
  private:
+  // A variable whose rows come back into a cache: where its shards' ops are, in shard order.
+  struct Returned {
+    DenseCache* cache;
+    ShardedVariable variable;
+    struct Op {
+      PsClient* client;
+      int op;  // index in that ps's request
+    };
+    std::vector<Op> ops;
+  };
+  std::vector<Returned> returned_;
   struct PerPs {
     PsClient* client = nullptr;
     UpdateRequest request;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 
@@ -51,16 +52,23 @@ void StalenessTracker::Forget(int64_t step) {
   open_reads_.erase(step);
 }
 
-int64_t StalenessTracker::OnApply(int64_t step, int64_t version) {
-  if (step <= 0) return -1;
+int64_t StalenessTracker::OnApply(int64_t step, int64_t version, int64_t read_version) {
   absl::MutexLock lock(&mu_);
-  auto it = open_reads_.find(step);
-  if (it == open_reads_.end()) {
-    ++unknown_;
+  std::optional<int64_t> read;
+  if (step > 0) {
+    auto it = open_reads_.find(step);
+    if (it != open_reads_.end()) {
+      read = it->second;
+      open_reads_.erase(it);
+    }
+  }
+  // The client's word, when it has one: the version its rows came back at from an earlier push.
+  if (read_version > 0) read = read_version;
+  if (!read.has_value()) {
+    if (step > 0) ++unknown_;
     return -1;
   }
-  const int64_t staleness = std::max<int64_t>(0, version - it->second);
-  open_reads_.erase(it);
+  const int64_t staleness = std::max<int64_t>(0, version - *read);
   ++counts_[std::min(staleness, kMaxCounted)];
   ++count_;
   sum_ += static_cast<double>(staleness);

@@ -2,7 +2,9 @@
 // applied to the shard between the read a gradient was computed on and that gradient's own apply
 // (0: nothing came between, as in plain SGD). The ps learns it without any help from the client:
 // a training lookup carries its step, and so does the update that step sends, so the shard notes
-// its apply count at each training read and looks it up again when that step's gradient arrives.
+// its apply count (its version) at each training read and looks it up again when that step's
+// gradient arrives. A gradient computed on rows that came back from an earlier push (a push with
+// return_rows: worker/dense_turns.h) carries their version itself (UpdateOp.read_version).
 //
 // It is measured (Summary, exported as metrics by the ps) and, with a StalenessScaling other than
 // NONE on the shard's optimizer, it scales that gradient's learning rate (ScaleFor).
@@ -45,8 +47,10 @@ class StalenessTracker {
 
   // Step `step`'s gradient is applied after `version` others: its staleness (version - the
   // version its read saw, at least 0), or -1 when its read is unknown (step 0, a read never noted
-  // or dropped, a gradient sent twice). Counted in the summary when known.
-  int64_t OnApply(int64_t step, int64_t version);
+  // or dropped, a gradient sent twice). `read_version` > 0: the version the gradient says it was
+  // computed on, which stands instead of a read noted for the step. Counted in the summary when
+  // known.
+  int64_t OnApply(int64_t step, int64_t version, int64_t read_version = 0);
 
   // Drops step `step`'s read, if noted (its gradient is not one whose staleness is counted).
   void Forget(int64_t step);

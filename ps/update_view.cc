@@ -19,6 +19,7 @@ int OpWireType(int field) {
   switch (field) {
     case 2:  // kind
     case 6:  // dtype
+    case 7:  // read_version
       return kVarint;
     default:  // shard, ids, range, values
       return kLengthDelimited;
@@ -92,6 +93,10 @@ absl::Status ParseOp(const std::vector<absl::string_view>& pieces, UpdateOpView*
         RETURN_IF_ERROR(reader.ReadVarint(&v));
         op->dtype = static_cast<DataType>(static_cast<int32_t>(v));
         break;
+      case 7:  // read_version
+        RETURN_IF_ERROR(reader.ReadVarint(&v));
+        op->read_version = static_cast<int64_t>(v);
+        break;
       default:
         RETURN_IF_ERROR(reader.Skip(field, type));
     }
@@ -102,9 +107,11 @@ absl::Status ParseOp(const std::vector<absl::string_view>& pieces, UpdateOpView*
 }  // namespace
 
 absl::Status ParseUpdateRequest(const std::vector<absl::string_view>& message,
-                                std::vector<UpdateOpView>* ops, int64_t* step) {
+                                std::vector<UpdateOpView>* ops, int64_t* step,
+                                bool* return_rows) {
   ops->clear();
   if (step != nullptr) *step = 0;
+  if (return_rows != nullptr) *return_rows = false;
   WireReader reader(&message, "UpdateRequest");
   std::vector<absl::string_view> op_pieces;
   while (!reader.Done()) {
@@ -114,6 +121,12 @@ absl::Status ParseUpdateRequest(const std::vector<absl::string_view>& message,
       uint64_t v = 0;
       RETURN_IF_ERROR(reader.ReadVarint(&v));
       if (step != nullptr) *step = static_cast<int64_t>(v);
+      continue;
+    }
+    if (field == 3 && type == kVarint) {  // return_rows
+      uint64_t v = 0;
+      RETURN_IF_ERROR(reader.ReadVarint(&v));
+      if (return_rows != nullptr) *return_rows = v != 0;
       continue;
     }
     if (field != 1 || type != kLengthDelimited) {
@@ -134,6 +147,7 @@ std::vector<UpdateOpView> ViewsOf(const UpdateRequest& request) {
     v.shard_name = op.shard();
     v.kind = op.kind();
     v.dtype = op.dtype();
+    v.read_version = op.read_version();
     v.sparse = op.rows_case() == UpdateOp::kIds;
     if (v.sparse) {
       v.ids = op.ids();

@@ -27,6 +27,7 @@ struct UpdateOpView {
   RowRange range;
   std::vector<absl::string_view> values;  // the values' bytes, in order, in one or more pieces
   int64_t values_bytes = 0;
+  int64_t read_version = 0;  // UpdateOp.read_version
   // Ids cut between pieces, joined. On the heap, so that `ids` stays right when the view moves (a
   // short std::string keeps its bytes inside the object, and a vector of views moves them as it
   // grows); views are move-only for the same reason.
@@ -36,9 +37,10 @@ struct UpdateOpView {
 // Parses UpdateRequest's wire format from `message` (in pieces, which must outlive `ops`): one view
 // per op, in order. As protobuf's own parser: unknown fields are skipped, and of a field given
 // twice the last wins. Errors: kInvalidArgument naming what is malformed.
-// `step` (may be null) gets UpdateRequest.step.
+// `step` and `return_rows` (may be null) get UpdateRequest.step and .return_rows.
 absl::Status ParseUpdateRequest(const std::vector<absl::string_view>& message,
-                                std::vector<UpdateOpView>* ops, int64_t* step = nullptr);
+                                std::vector<UpdateOpView>* ops, int64_t* step = nullptr,
+                                bool* return_rows = nullptr);
 
 // Views of a parsed request's ops (each bytes field one piece); `request` must outlive them.
 std::vector<UpdateOpView> ViewsOf(const UpdateRequest& request);

@@ -75,6 +75,34 @@ TEST(UpdateViewTest, ParsesTheWireFormatWhereverItIsCut) {
 
 // Short ids cut between pieces are copied into the op; the views must stay right as later ops are
 // parsed and the vector of ops grows (a short copy lives inside the string object, which moves).
+// The fields a push that is also a read carries: each op's read_version and the request's
+// return_rows (and its step), wherever the message is cut.
+TEST(UpdateViewTest, ReadVersionAndReturnRows_Parsed) {
+  UpdateRequest request = Request();
+  request.mutable_ops(2)->set_read_version(123456789012);
+  request.set_step(41);
+  request.set_return_rows(true);
+  const std::string wire = request.SerializeAsString();
+  for (size_t n = 1; n <= wire.size(); ++n) {
+    std::vector<UpdateOpView> ops;
+    int64_t step = 0;
+    bool return_rows = false;
+    ASSERT_TRUE(
+        ParseUpdateRequest(CutIntoPieces(wire, n), &ops, &step, &return_rows).ok()) << n;
+    ASSERT_EQ(ops.size(), 3u);
+    EXPECT_EQ(ops[0].read_version, 0);
+    EXPECT_EQ(ops[2].read_version, 123456789012);
+    EXPECT_EQ(step, 41);
+    EXPECT_TRUE(return_rows);
+  }
+  EXPECT_EQ(ViewsOf(request)[2].read_version, 123456789012);
+  std::vector<UpdateOpView> ops;
+  bool return_rows = true;
+  ASSERT_TRUE(
+      ParseUpdateRequest({Request().SerializeAsString()}, &ops, nullptr, &return_rows).ok());
+  EXPECT_FALSE(return_rows);
+}
+
 TEST(UpdateViewTest, ShortIdsCutBetweenPiecesSurviveMoreOps) {
   UpdateRequest request;
   for (int i = 0; i < 9; ++i) {

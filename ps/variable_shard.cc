@@ -369,7 +369,7 @@ void VariableShard::UpdateRowLocked(UpdateOp::Kind kind, int64_t row, const char
   }
 }
 
-StepScalars VariableShard::NextScalars(int64_t step, bool dense) {
+StepScalars VariableShard::NextScalars(int64_t step, bool dense, int64_t read_version) {
   const int64_t t = apply_count_.fetch_add(1) + 1;
   StepScalars scalars = optimizer_->Prepare(t, step > 0 ? step - 1 : t - 1);
   if (!dense) {
@@ -378,7 +378,7 @@ StepScalars VariableShard::NextScalars(int64_t step, bool dense) {
     staleness_.Forget(step);
     return scalars;
   }
-  const int64_t staleness = staleness_.OnApply(step, t - 1);
+  const int64_t staleness = staleness_.OnApply(step, t - 1, read_version);
   scalars.lr *=
       static_cast<float>(StalenessFactor(def_.optimizer().staleness_scaling(), staleness));
   return scalars;
@@ -463,7 +463,7 @@ void VariableShard::Update(const UpdateOpView& op, ThreadPool* pool, int64_t ste
   ValidateRange(op.range, &begin, &end).IgnoreError();  // validated by ValidateUpdate
   StepScalars scalars;
   if (op.kind == UpdateOp::APPLY_GRADIENT) {
-    scalars = NextScalars(step, /*dense=*/true);
+    scalars = NextScalars(step, /*dense=*/true, op.read_version);
   }
   // Pieces of the range may run at once. A range that runs alone on the shard skips the row locks
   // (RowLockBypass: its pieces write distinct rows) and is applied in spans of kCheckBytes, each

@@ -131,9 +131,9 @@ class VariableShard {
   void ApplySparseGradient(absl::string_view ids, const char* const* grads, ThreadPool* pool,
                            int64_t step);
   // The scalars of the next gradient applied, computed at request step `step` (see Update). A
-  // dense gradient (a range of rows) has its staleness counted, and its rate scaled as the
-  // optimizer's staleness_scaling says.
-  StepScalars NextScalars(int64_t step, bool dense);
+  // dense gradient (a range of rows) has its staleness counted (from `read_version` when it is
+  // given: UpdateOp.read_version), and its rate scaled as the optimizer's staleness_scaling says.
+  StepScalars NextScalars(int64_t step, bool dense, int64_t read_version = 0);
 
   VariableShardDef def_;
   int64_t width_ = 0;

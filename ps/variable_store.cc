@@ -1,6 +1,7 @@
 #include "ps/variable_store.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <optional>
 #include <thread>
@@ -325,12 +326,12 @@ struct ValuesLayout {
 // allocated then: gRPC would refuse to send it anyway).
 absl::StatusOr<ValuesLayout> LayOutValuesMessage(
     const std::vector<uint64_t>& lengths, const std::function<char*(size_t bytes)>& allocate,
-    absl::string_view what) {
+    absl::string_view what, absl::string_view tail = {}) {
   using google::protobuf::internal::WireFormatLite;
   using google::protobuf::io::CodedOutputStream;
   constexpr uint8_t kValuesTag =
       WireFormatLite::MakeTag(1, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
-  uint64_t total = 0;
+  uint64_t total = tail.size();
   for (uint64_t length : lengths) total += 1 + CodedOutputStream::VarintSize64(length) + length;
   if (total > static_cast<uint64_t>(kMaxMessageBytes)) {
     return absl::ResourceExhaustedError(
@@ -347,7 +348,29 @@ absl::StatusOr<ValuesLayout> LayOutValuesMessage(
     layout.values[i] = reinterpret_cast<char*>(out);
     out += lengths[i];
   }
+  if (!tail.empty()) std::memcpy(out, tail.data(), tail.size());
   return layout;
+}
+
+// UpdateResponse.versions (field 2, packed) as wire bytes.
+std::string PackedVersions(const std::vector<int64_t>& versions) {
+  using google::protobuf::internal::WireFormatLite;
+  using google::protobuf::io::CodedOutputStream;
+  std::string body;
+  for (int64_t v : versions) {
+    uint8_t buf[10];
+    const uint8_t* end =
+        CodedOutputStream::WriteVarint64ToArray(static_cast<uint64_t>(v), buf);
+    body.append(reinterpret_cast<const char*>(buf), end - buf);
+  }
+  std::string out;
+  out.push_back(static_cast<char>(
+      WireFormatLite::MakeTag(2, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)));
+  uint8_t len[10];
+  const uint8_t* len_end = CodedOutputStream::WriteVarint64ToArray(body.size(), len);
+  out.append(reinterpret_cast<const char*>(len), len_end - len);
+  out += body;
+  return out;
 }
 
 }  // namespace
@@ -411,20 +434,61 @@ absl::Status VariableStore::Read(const ReadRequest& request, ReadResponse* respo
   return absl::OkStatus();
 }
 
-absl::Status VariableStore::Update(const UpdateRequest& request) {
-  return Update(ViewsOf(request), request.step(), nullptr);
+absl::Status VariableStore::Update(const UpdateRequest& request, UpdateResponse* response) {
+  if (!request.return_rows() || response == nullptr) {
+    return Update(ViewsOf(request), request.step(), nullptr, nullptr);
+  }
+  std::string reply;
+  const std::function<char*(size_t)> allocate = [&reply](size_t bytes) {
+    reply.resize(bytes);
+    return reply.data();
+  };
+  RETURN_IF_ERROR(Update(ViewsOf(request), request.step(), nullptr, &allocate));
+  if (!response->ParseFromString(reply)) {
+    return absl::InternalError("update: the reply with the rows does not parse");
+  }
+  return absl::OkStatus();
 }
 
 absl::Status VariableStore::UpdateWire(const std::vector<absl::string_view>& message,
-                                       const std::function<bool()>& answer) {
+                                       const std::function<bool()>& answer,
+                                       const std::function<char*(size_t bytes)>& reply) {
   std::vector<UpdateOpView> ops;
   int64_t step = 0;
-  RETURN_IF_ERROR(ParseUpdateRequest(message, &ops, &step));
-  return Update(ops, step, answer);
+  bool return_rows = false;
+  RETURN_IF_ERROR(ParseUpdateRequest(message, &ops, &step, &return_rows));
+  if (return_rows && reply) return Update(ops, step, nullptr, &reply);
+  return Update(ops, step, answer, nullptr);
+}
+
+absl::Status VariableStore::ReplyRows(const std::vector<UpdateOpView>& ops,
+                                      const std::vector<Target>& targets,
+                                      const std::function<char*(size_t bytes)>& allocate) const {
+  std::vector<uint64_t> lengths(ops.size(), 0);
+  std::vector<int64_t> versions(ops.size(), 0);
+  std::vector<std::pair<int64_t, int64_t>> ranges(ops.size(), {0, 0});
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const VariableShard* shard = targets[i].fixed.get();
+    if (shard == nullptr || ops[i].sparse) continue;
+    auto& [begin, end] = ranges[i];
+    RETURN_IF_ERROR(shard->ValidateRead(ops[i].range, &begin, &end));
+    lengths[i] = static_cast<uint64_t>((end - begin) * shard->row_bytes());
+    // Read before the rows: they hold at least this many gradients (one landing meanwhile counts
+    // as unseen, so the next gradient's staleness errs high, never low).
+    versions[i] = shard->apply_count();
+  }
+  ASSIGN_OR_RETURN(const ValuesLayout layout,
+                   LayOutValuesMessage(lengths, allocate, "update", PackedVersions(versions)));
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (lengths[i] == 0) continue;
+    targets[i].fixed->Read(ranges[i].first, ranges[i].second, layout.values[i]);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status VariableStore::Update(const std::vector<UpdateOpView>& ops, int64_t step,
-                                   const std::function<bool()>& answer) {
+                                   const std::function<bool()>& answer,
+                                   const std::function<char*(size_t bytes)>* reply_rows) {
   int64_t ids = 0;
   for (const UpdateOpView& op : ops) ids += op.ids.size() / 8;
   RETURN_IF_ERROR(CheckIdCount(ids, "update"));
@@ -465,6 +529,7 @@ absl::Status VariableStore::Update(const std::vector<UpdateOpView>& ops, int64_t
       applied = targets[i].dynamic->Update(ops[i], targets[i].keys, ctx, pool);
     }
   }
+  if (applied.ok() && reply_rows != nullptr) return ReplyRows(ops, targets, *reply_rows);
   return applied;  // `answered` (if any) ends here: requests waiting for the apply go on
 }
 

@@ -77,10 +77,17 @@ class VariableStore {
   absl::Status ReadSerialized(const ReadRequest& request,
                               const std::function<char*(size_t bytes)>& allocate,
                               const std::function<void(size_t bytes)>& ready = nullptr) const;
-  absl::Status Update(const UpdateRequest& request);
+  // With request.return_rows, `response` (may be null: no rows) gets every dense op's rows after
+  // the update and its shard's version (UpdateResponse).
+  absl::Status Update(const UpdateRequest& request, UpdateResponse* response = nullptr);
   // Update from UpdateRequest's wire format in pieces (gRPC's received slices), applied from where
   // it lies: no copy of the values into protobuf strings. Errors: as Update, plus kInvalidArgument
   // for a malformed message (nothing is applied).
+  //
+  // A request with return_rows is answered with UpdateResponse's wire format, written into one
+  // buffer of `reply` (may be empty: an empty reply) once the update is applied; it is never
+  // answered early. Errors: as above, plus kResourceExhausted for rows over the message limit
+  // (the update is applied).
   //
   // `answer` (may be empty) is called once the update is valid and certain to be applied in full
   // (every op on a fixed shard, or a dynamic table's gradients or erasures: its assignments store
@@ -91,7 +98,8 @@ class VariableStore {
   // had been answered after. (Saves and a restore's swap wait anyway: the apply holds the update
   // gate.)
   absl::Status UpdateWire(const std::vector<absl::string_view>& message,
-                          const std::function<bool()>& answer = nullptr);
+                          const std::function<bool()>& answer = nullptr,
+                          const std::function<char*(size_t bytes)>& reply = nullptr);
   // A chunk of a dynamic table's shard. Errors: kNotFound (unknown shard), kInvalidArgument (a
   // fixed shard, a malformed cursor).
   absl::Status Export(const ExportRequest& request, ExportResponse* response) const;
@@ -132,9 +140,13 @@ class VariableStore {
   // Runs a validated lookup into one buffer per op (out(i)).
   absl::Status RunLookup(const LookupRequest& request, const std::vector<Target>& targets,
                          bool inserts, const std::function<char*(int i)>& out) const;
-  // Validates every op, then applies them (`answer`: as UpdateWire's).
+  // Validates every op, then applies them (`answer`: as UpdateWire's); with `reply_rows`, then
+  // writes the dense ops' rows and versions into the reply it allocates (ReplyRows).
   absl::Status Update(const std::vector<UpdateOpView>& ops, int64_t step,
-                      const std::function<bool()>& answer);
+                      const std::function<bool()>& answer,
+                      const std::function<char*(size_t bytes)>* reply_rows);
+  absl::Status ReplyRows(const std::vector<UpdateOpView>& ops, const std::vector<Target>& targets,
+                         const std::function<char*(size_t bytes)>& allocate) const;
   DynamicOpContext ContextLocked(int64_t step) const ABSL_SHARED_LOCKS_REQUIRED(update_gate_);
   // A validated read request: per op, its shard, local rows [begin, end) and reply bytes.
   struct ReadPlan {

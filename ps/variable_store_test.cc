@@ -456,6 +456,130 @@ TEST(VariableStoreGradientTest, ApplyDense_StaleGradient_RateScaledAndStalenessC
   EXPECT_EQ(staleness[0].second.unknown, 1);
 }
 
+// An update with return_rows answers with each dense op's rows as the update left them and its
+// shard's version; a sparse op (or a dynamic table's) gets an empty value and version 0.
+TEST(VariableStoreGradientTest, ReturnRows_DenseOpsRowsAfterTheUpdateAndVersions) {
+  VariableShardDef w = FloatShard("w", 2, 0, 2, 2, /*init=*/1.0f);
+  w.mutable_optimizer()->set_kind(OptimizerDef::SGD);
+  w.mutable_optimizer()->set_learning_rate(0.5);
+  VariableShardDef e = FloatShard("e", 3, 0, 3, 1, /*init=*/0.0f);
+  e.mutable_optimizer()->set_kind(OptimizerDef::SGD);
+  e.mutable_optimizer()->set_learning_rate(1.0);
+  VariableStore store;
+  ASSERT_TRUE(store.CreateShards({w, e}).ok());
+  UpdateRequest request;
+  request.set_return_rows(true);
+  UpdateOp* op = request.add_ops();
+  op->set_shard("w");
+  op->set_kind(UpdateOp::APPLY_GRADIENT);
+  op->mutable_range();
+  op->set_values(Bytes(std::vector<float>{1, 2, 3, 4}));
+  op->set_dtype(DT_FLOAT32);
+  *request.add_ops() =
+      SparseOp("e", UpdateOp::APPLY_GRADIENT, {1}, std::vector<float>{2.0f});
+  UpdateResponse response;
+  ASSERT_TRUE(store.Update(request, &response).ok());
+  ASSERT_EQ(response.values_size(), 2);
+  ASSERT_EQ(response.versions_size(), 2);
+  EXPECT_EQ(response.values(0), Bytes(std::vector<float>{0.5f, 0.0f, -0.5f, -1.0f}));
+  EXPECT_EQ(response.versions(0), 1);
+  EXPECT_TRUE(response.values(1).empty());
+  EXPECT_EQ(response.versions(1), 0);
+  // Again: version 2. Without return_rows the reply stays empty.
+  ASSERT_TRUE(store.Update(request, &response).ok());
+  EXPECT_EQ(response.versions(0), 2);
+  request.set_return_rows(false);
+  UpdateResponse empty;
+  ASSERT_TRUE(store.Update(request, &empty).ok());
+  EXPECT_EQ(empty.values_size(), 0);
+}
+
+// The same over the wire format a server gets (UpdateWire): the reply is UpdateResponse's wire
+// format, the update is not answered early, and a request that doesn't ask is.
+TEST(VariableStoreGradientTest, ReturnRows_Wire_ReplyParsesAndIsNotAnsweredEarly) {
+  VariableShardDef w = FloatShard("w", 1, 0, 1, 3, /*init=*/0.0f);
+  w.mutable_optimizer()->set_kind(OptimizerDef::SGD);
+  w.mutable_optimizer()->set_learning_rate(1.0);
+  VariableStore store;
+  ASSERT_TRUE(store.CreateShards({w}).ok());
+  UpdateRequest request;
+  request.set_step(7);
+  request.set_return_rows(true);
+  UpdateOp* op = request.add_ops();
+  op->set_shard("w");
+  op->set_kind(UpdateOp::APPLY_GRADIENT);
+  op->mutable_range();
+  op->set_values(Bytes(std::vector<float>{1, 2, 3}));
+  op->set_dtype(DT_FLOAT32);
+  const std::string bytes = request.SerializeAsString();
+  std::string reply;
+  bool answered = false;
+  ASSERT_TRUE(store
+                  .UpdateWire({bytes}, [&] { return answered = true; },
+                              [&](size_t n) {
+                                reply.resize(n);
+                                return reply.data();
+                              })
+                  .ok());
+  EXPECT_FALSE(answered);
+  UpdateResponse response;
+  ASSERT_TRUE(response.ParseFromString(reply));
+  ASSERT_EQ(response.values_size(), 1);
+  EXPECT_EQ(response.values(0), Bytes(std::vector<float>{-1, -2, -3}));
+  EXPECT_EQ(response.versions(0), 1);
+  request.set_return_rows(false);
+  reply.clear();
+  ASSERT_TRUE(store
+                  .UpdateWire({request.SerializeAsString()}, [&] { return answered = true; },
+                              [&](size_t n) {
+                                reply.resize(n);
+                                return reply.data();
+                              })
+                  .ok());
+  EXPECT_TRUE(answered);
+  EXPECT_TRUE(reply.empty());
+}
+
+// A gradient computed on rows that came back from a push carries their version: its staleness is
+// the gradients applied since, with or without a training read noted for its step.
+TEST(VariableStoreGradientTest, ReadVersion_StalenessFromTheVersionTheGradientSays) {
+  VariableShardDef def = FloatShard("w", 1, 0, 1, 1, /*init=*/0.0f);
+  def.mutable_optimizer()->set_kind(OptimizerDef::SGD);
+  def.mutable_optimizer()->set_learning_rate(1.0);
+  VariableStore store;
+  ASSERT_TRUE(store.CreateShards({def}).ok());
+  auto apply = [&](int64_t step, int64_t read_version) {
+    UpdateRequest request;
+    request.set_step(step);
+    UpdateOp* op = request.add_ops();
+    op->set_shard("w");
+    op->set_kind(UpdateOp::APPLY_GRADIENT);
+    op->mutable_range();
+    op->set_values(Bytes(std::vector<float>{1.0f}));
+    op->set_dtype(DT_FLOAT32);
+    op->set_read_version(read_version);
+    ASSERT_TRUE(store.Update(request).ok());
+  };
+  apply(1, 0);  // no read noted, no version: unknown
+  apply(2, 0);  // unknown
+  apply(3, 2);  // computed on version 2, applied after 2: staleness 0
+  apply(4, 1);  // version 1, applied after 3: 2
+  LookupRequest read;
+  read.set_step(5);
+  LookupOp* op = read.add_ops();
+  op->set_shard("w");
+  op->set_ids(Bytes(std::vector<int64_t>{0}));
+  LookupResponse values;
+  ASSERT_TRUE(store.Lookup(read, &values).ok());  // step 5 read at version 4
+  apply(5, 3);  // the version given wins over the read noted: 4 - 3 = 1
+  const auto staleness = store.Staleness();
+  ASSERT_EQ(staleness.size(), 1u);
+  EXPECT_EQ(staleness[0].second.count, 3);
+  EXPECT_EQ(staleness[0].second.unknown, 2);
+  EXPECT_EQ(staleness[0].second.max, 2);
+  EXPECT_DOUBLE_EQ(staleness[0].second.mean, 1.0);
+}
+
 // A dense apply updates a lock block of rows as one long row; every optimizer is elementwise, so
 // it must equal the sparse path's row-by-row apply exactly, for every optimizer and partial blocks.
 TEST(VariableStoreGradientTest, ApplyDense_BlocksOfNarrowRows_EqualRowByRow) {

@@ -104,8 +104,8 @@ TEST(FashionMnistMlpTrainTest, ToyData_NoAveraging_OnlyTrainedWeightsMetrics) {
   options.learning_rate = 0.01;
   options.extra = {{"hidden", "8"},
                    {"average_epochs", "0"},
-                   {"shards", "3"},
-                   {"steps_per_worker", "2"}};
+                   {"shards", "3"}};
+  options.dense_turns = 2;
   auto model = CreateFashionMnistMlp(options);
   ASSERT_TRUE(model.ok()) << model.status();
   auto result = TrainInProcess(Registry(), /*workers=*/1, /*ps=*/2, model->get());

@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 #include "common/test_util.h"
 #include "coordinator/variable_creator.h"
+#include "ps/dense_cache.h"
 #include "ps/grpc_ps_client.h"
 #include "ps/sharded_variable.h"
 #include "coordinator/in_process_cluster.h"
@@ -27,6 +28,7 @@ class PsClusterTest : public ::testing::Test {
     InProcessClusterOptions options;
     options.num_ps = 2;
     options.num_workers = 1;
+    options.metrics_port = 0;  // the ps tasks' metrics (RenderMetrics)
     absl::StatusOr<std::unique_ptr<InProcessCluster>> cluster = InProcessCluster::Start(options);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = std::move(*cluster);
@@ -81,9 +83,10 @@ TEST(UpdateFrameFieldsTest, UpdateOpAndRequest_HaveTheFieldsTheDataPlaneEncodes)
     for (int i = 0; i < d->field_count(); ++i) out.push_back(d->field(i)->number());
     return out;
   };
-  EXPECT_THAT(numbers(UpdateOp::descriptor()), ::testing::UnorderedElementsAre(1, 2, 3, 4, 5, 6))
+  EXPECT_THAT(numbers(UpdateOp::descriptor()),
+              ::testing::UnorderedElementsAre(1, 2, 3, 4, 5, 6, 7))
       << "update UpdateFrame in ps/grpc_ps_client.cc";
-  EXPECT_THAT(numbers(UpdateRequest::descriptor()), ::testing::UnorderedElementsAre(1, 2))
+  EXPECT_THAT(numbers(UpdateRequest::descriptor()), ::testing::UnorderedElementsAre(1, 2, 3))
       << "update UpdateFrame in ps/grpc_ps_client.cc";
 }
 
@@ -355,6 +358,47 @@ TEST_F(PsClusterTest, Batches_ManyVariables_OneRequestPerPs) {
   ASSERT_TRUE(lookup.Run().ok());
   EXPECT_THAT(a_out, ElementsAre(30, 10));
   EXPECT_THAT(b_out, ElementsAre(1, 2, 3));
+}
+
+// A dense push with a cache (ps/dense_cache.h) brings the variable's rows back from every shard
+// on every ps as the update left them, at each shard's version; the next push of rows read from
+// the cache says which version they were, so the ps counts its staleness; a push that fails
+// drops the copy.
+TEST_F(PsClusterTest, DensePushWithCache_RowsComeBackFromEveryShard) {
+  OptimizerDef sgd;
+  sgd.set_kind(OptimizerDef::SGD);
+  sgd.set_learning_rate(1.0);
+  ShardedVariable v =
+      Create("dw", 3, 2, {{"dw/part_0", 0, 2, 0}, {"dw/part_1", 2, 1, 1}}, &sgd, /*init=*/1.0f);
+  DenseCache cache;
+  std::vector<float> out(6, -7.0f);
+  EXPECT_FALSE(cache.Read(v, reinterpret_cast<char*>(out.data())));
+  EXPECT_THAT(out, ElementsAreArray(std::vector<float>(6, -7.0f)));  // nothing copied
+  const std::vector<float> grads = {1, 2, 3, 4, 5, 6};
+  const absl::string_view bytes(reinterpret_cast<const char*>(grads.data()), 24);
+  for (int push = 1; push <= 2; ++push) {
+    UpdateBatch update;
+    update.set_step(push);
+    ASSERT_TRUE(update.AddDense(v, UpdateOp::APPLY_GRADIENT, bytes, &cache).ok());
+    ASSERT_TRUE(update.Run().ok());
+    ASSERT_TRUE(cache.Read(v, reinterpret_cast<char*>(out.data())));
+    const float n = static_cast<float>(push);
+    EXPECT_THAT(out, ElementsAre(1 - n, 1 - 2 * n, 1 - 3 * n, 1 - 4 * n, 1 - 5 * n, 1 - 6 * n));
+    EXPECT_EQ(cache.Version(v, 0), push);
+    EXPECT_EQ(cache.Version(v, 1), push);
+  }
+  // The second push said it was computed on version 1 and was applied after 1: staleness 0.
+  const std::string metrics = cluster_->RenderMetrics();
+  for (const char* shard :
+       {"shard=\"dw/part_0\",task=\"ps:0\"", "shard=\"dw/part_1\",task=\"ps:1\""}) {
+    EXPECT_THAT(metrics,
+                HasSubstr(absl::StrCat("pstrain_ps_gradient_staleness_count{", shard, "} 1")));
+  }
+  ASSERT_TRUE(cluster_->StopTask({"ps", 1}).ok());
+  UpdateBatch failing;
+  ASSERT_TRUE(failing.AddDense(v, UpdateOp::APPLY_GRADIENT, bytes, &cache).ok());
+  EXPECT_FALSE(failing.Run().ok());
+  EXPECT_FALSE(cache.Holds(v));
 }
 
 TEST_F(PsClusterTest, PsDown_Unavailable_NamesTask) {

@@ -105,6 +105,12 @@ ABSL_FLAG(std::string, staleness_scaling, "none",
           "train, parameter_server: how a dense gradient's staleness (gradients applied between "
           "its read and its own apply) scales its learning rate: none, inverse (rate / "
           "staleness), inverse_sqrt (docs/training.md).");
+ABSL_FLAG(int, dense_turns, 1,
+          "train, parameter_server: how many of one worker's steps may be in the model's dense "
+          "part (read the dense weights, compute, push) at once. 1: a worker's steps take turns "
+          "there, so a dense gradient is stale only by the other workers' updates; 0: no limit "
+          "(every closure in flight reads and pushes at will: faster on some models, less "
+          "accurate; docs/training.md).");
 ABSL_FLAG(int64_t, embedding_dim, 0, "train: embedding width (0: the model's default).");
 ABSL_FLAG(double, validation_fraction, 0.1,
           "train: the fraction of the training data held out for validation (seeded; 0: none).");
@@ -283,6 +289,10 @@ absl::StatusOr<ModelOptions> ModelOptionsFromFlags() {
   options.devices.replicas = absl::GetFlag(FLAGS_replicas);
   if (options.devices.replicas < 0) {
     return bad(absl::StrCat("--replicas=", options.devices.replicas, " must not be negative"));
+  }
+  options.dense_turns = absl::GetFlag(FLAGS_dense_turns);
+  if (options.dense_turns < 0) {
+    return bad(absl::StrCat("--dense_turns=", options.dense_turns, " must not be negative"));
   }
   for (const char* col : {"user_col", "item_col", "rating_col"}) {
     const std::string value = col == std::string("user_col")   ? absl::GetFlag(FLAGS_user_col)

@@ -135,6 +135,7 @@ absl::Status MirrorGradients(CollectiveGroup* group, int64_t bucket_bytes, Updat
   const float scale = 1.0f / static_cast<float>(n);
   UpdateRequest out;
   out.set_step(request->step());
+  out.set_return_rows(request->return_rows());
   for (const UpdateOp& op : request->ops()) {
     if (!IsSparseGradient(op)) *out.add_ops() = op;
   }

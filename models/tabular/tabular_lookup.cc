@@ -67,6 +67,25 @@ absl::Status TabularLookup::Pull(PsConnection* ps, Batch& b, int64_t step, Looku
   return absl::OkStatus();
 }
 
+absl::Status TabularLookup::PullTables(PsConnection* ps, const Batch& b, int64_t step,
+                                       LookupMode mode, Pulled* p) const {
+  DedupeKeys(b, p);
+  LookupBatch lookup;
+  lookup.set_step(step);
+  RETURN_IF_ERROR(AddTableLookups(ps, mode, &lookup, p));
+  return lookup.Run();
+}
+
+absl::Status TabularLookup::PullWeights(PsConnection* ps, const Batch& b, int64_t step,
+                                        Pulled* p, DenseCache* cache) const {
+  LookupBatch lookup;
+  lookup.set_step(step);
+  RETURN_IF_ERROR(AddWeightLookups(ps, &lookup, p, cache));
+  RETURN_IF_ERROR(lookup.Run());
+  PointNet(b, p);
+  return absl::OkStatus();
+}
+
 void TabularLookup::DedupeKeys(const Batch& b, Pulled* p) const {
   const int S = layout_.num_slots;
   const size_t groups = groups_.min_counts.size();
@@ -141,7 +160,7 @@ absl::Status TabularLookup::AddTableLookups(PsConnection* ps, LookupMode mode,
 
 // Every row of each weight.
 absl::Status TabularLookup::AddWeightLookups(PsConnection* ps, LookupBatch* lookup,
-                                             Pulled* p) const {
+                                             Pulled* p, DenseCache* cache) const {
   static const std::vector<int64_t>* const kRowIds = [] {
     auto* ids = new std::vector<int64_t>(1 << 20);
     std::iota(ids->begin(), ids->end(), 0);
@@ -156,8 +175,9 @@ absl::Status TabularLookup::AddWeightLookups(PsConnection* ps, LookupBatch* look
       return absl::InvalidArgumentError(absl::StrCat(name, " has over 2^20 rows"));
     }
     values->assign(rows * (v.row_bytes() / 4), 0.0f);
-    return lookup->Add(**handle, absl::MakeConstSpan(kRowIds->data(), rows),
-                       reinterpret_cast<char*>(values->data()));
+    char* out = reinterpret_cast<char*>(values->data());
+    if (cache != nullptr && cache->Read(v, out)) return absl::OkStatus();
+    return lookup->Add(**handle, absl::MakeConstSpan(kRowIds->data(), rows), out);
   };
   const std::vector<int64_t> widths = shape_.widths();
   const int layers = static_cast<int>(widths.size()) - 1;

@@ -17,6 +17,7 @@
 #include "models/tabular/feature_spec.h"
 #include "models/tabular/tabular_net.h"
 #include "models/tabular/transforms.h"
+#include "ps/dense_cache.h"
 #include "ps/sharded_variable.h"
 #include "worker/ps_connection.h"
 
@@ -83,13 +84,23 @@ class TabularLookup {
   // weight of over 2^20 rows.
   absl::Status Pull(PsConnection* ps, Batch& b, int64_t step, LookupMode mode, Pulled* p) const;
 
+  // Pull in two halves, for a training step that takes its turn at the dense part between them
+  // (worker/dense_turns.h): the batch's table rows, then the weights (which also points the
+  // net's batch and params at what came back), each from `cache` (may be null) where it holds
+  // them, else from the ps. Errors: as Pull's.
+  absl::Status PullTables(PsConnection* ps, const Batch& b, int64_t step, LookupMode mode,
+                          Pulled* p) const;
+  absl::Status PullWeights(PsConnection* ps, const Batch& b, int64_t step, Pulled* p,
+                           DenseCache* cache = nullptr) const;
+
  private:
   // Pull's steps: the keys of each table set and each slot's row; the tables' lookups; the
   // weights' lookups; the net's view of what came back.
   void DedupeKeys(const Batch& b, Pulled* p) const;
   absl::Status AddTableLookups(PsConnection* ps, LookupMode mode, LookupBatch* lookup,
                                Pulled* p) const;
-  absl::Status AddWeightLookups(PsConnection* ps, LookupBatch* lookup, Pulled* p) const;
+  absl::Status AddWeightLookups(PsConnection* ps, LookupBatch* lookup, Pulled* p,
+                                DenseCache* cache = nullptr) const;
   void PointNet(const Batch& b, Pulled* p) const;
 
   const ExampleLayout& layout_;

@@ -81,6 +81,7 @@ struct TabularConfig {
   int64_t shuffle_memory = int64_t{256} << 20;
   int interleave = 64;
   WorkerDevices devices;
+  int dense_turns = 1;
 };
 
 class TabularModel final : public Model {
@@ -124,6 +125,7 @@ class TabularModel final : public Model {
     job["shuffle_buffer"] = ShuffleBuffer(layout);
     job["interleave"] = config_.interleave;
     job["device_kind"] = static_cast<int>(config_.devices.kind);
+    job["dense_turns"] = config_.dense_turns;
     ASSIGN_OR_RETURN(dataset_, coordinator->CreatePerWorkerDataset(kTabularData, {Tensor::String(job.dump())}));
     return absl::OkStatus();
   }
@@ -398,6 +400,7 @@ absl::StatusOr<std::unique_ptr<Model>> CreateTabular(const ModelOptions& options
   c.embedding_dim = options.embedding_dim;
   c.seed = options.seed;
   c.devices = options.devices;
+  c.dense_turns = options.dense_turns;
   ASSIGN_OR_RETURN(Spec spec, tabular::ReadSpec(c.spec_path));
   if (c.embedding_dim > 0) spec.model.embedding_dim = c.embedding_dim;
   return std::unique_ptr<Model>(new TabularModel(std::move(c), std::move(spec)));

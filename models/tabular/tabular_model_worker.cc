@@ -18,6 +18,7 @@
 #include "models/tabular/transforms.h"
 #include "nlohmann/json.hpp"
 #include "ps/sharded_variable.h"
+#include "worker/dense_turns.h"
 
 namespace pstrain {
 namespace tabular {
@@ -126,6 +127,14 @@ class TabularResource : public Dataset {
     ASSIGN_OR_RETURN(ReplicaGroup * group, replica_groups->Get(devices));
     r->device_ = group->device(0);
     r->prior_ = PriorLogits(r->spec_.label.task, r->plan_.stats);
+    const int dense_turns = job.value("dense_turns", 1);
+    if (dense_turns < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kTabularData, ": dense_turns ", dense_turns, " < 0"));
+    }
+    DenseTurnsOptions turns;
+    turns.turns = dense_turns;
+    r->turns_ = std::make_unique<DenseTurns>(turns);
     return r;
   }
 
@@ -151,6 +160,7 @@ class TabularResource : public Dataset {
   Device* device() const { return device_; }
   const TabularLookup& lookup() const { return *lookup_; }
   const std::vector<float>& prior() const { return prior_; }
+  DenseTurns& turns() { return *turns_; }
 
  private:
   TabularResource() = default;
@@ -163,6 +173,7 @@ class TabularResource : public Dataset {
   std::unique_ptr<const TabularLookup> lookup_;
   Device* device_ = nullptr;
   std::vector<float> prior_;
+  std::unique_ptr<DenseTurns> turns_;
 };
 
 absl::StatusOr<TabularResource*> ResourceOf(ClosureContext& ctx, const char* closure) {
@@ -174,8 +185,10 @@ absl::StatusOr<TabularResource*> ResourceOf(ClosureContext& ctx, const char* clo
   return r;
 }
 
-// Pushes the gradients in one update request per ps.
-absl::Status Push(TabularResource& res, const Pulled& p, const NetGrads& grads, int64_t step) {
+// Pushes the gradients of the rows and the weights in one update request per ps.
+// With `cache`, the weights' rows come back into it (ps/dense_cache.h).
+absl::Status Push(TabularResource& res, const Pulled& p, const NetGrads& grads, int64_t step,
+                  DenseCache* cache) {
   const NetShape& shape = res.shape();
   const int64_t d = shape.dim, K = shape.outputs;
   UpdateBatch update;
@@ -202,24 +215,24 @@ absl::Status Push(TabularResource& res, const Pulled& p, const NetGrads& grads, 
     return absl::string_view(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
   };
   for (size_t l = 0; l < p.w_v.size(); ++l) {
-    RETURN_IF_ERROR(update.AddDense(p.w_v[l], UpdateOp::APPLY_GRADIENT, bytes(grads.w[l])));
-    RETURN_IF_ERROR(update.AddDense(p.b_v[l], UpdateOp::APPLY_GRADIENT, bytes(grads.b[l])));
+    RETURN_IF_ERROR(update.AddDense(p.w_v[l], UpdateOp::APPLY_GRADIENT, bytes(grads.w[l]), cache));
+    RETURN_IF_ERROR(update.AddDense(p.b_v[l], UpdateOp::APPLY_GRADIENT, bytes(grads.b[l]), cache));
   }
   if (p.wide_dense_v.has_value()) {
     RETURN_IF_ERROR(
-        update.AddDense(*p.wide_dense_v, UpdateOp::APPLY_GRADIENT, bytes(grads.wide_dense)));
+        update.AddDense(*p.wide_dense_v, UpdateOp::APPLY_GRADIENT, bytes(grads.wide_dense), cache));
   }
   if (p.wide_bias_v.has_value()) {
     RETURN_IF_ERROR(
-        update.AddDense(*p.wide_bias_v, UpdateOp::APPLY_GRADIENT, bytes(grads.wide_bias)));
+        update.AddDense(*p.wide_bias_v, UpdateOp::APPLY_GRADIENT, bytes(grads.wide_bias), cache));
   }
   if (p.base_dense_v.has_value()) {
     RETURN_IF_ERROR(
-        update.AddDense(*p.base_dense_v, UpdateOp::APPLY_GRADIENT, bytes(grads.base_dense)));
+        update.AddDense(*p.base_dense_v, UpdateOp::APPLY_GRADIENT, bytes(grads.base_dense), cache));
   }
   if (p.base_bias_v.has_value()) {
     RETURN_IF_ERROR(
-        update.AddDense(*p.base_bias_v, UpdateOp::APPLY_GRADIENT, bytes(grads.base_bias)));
+        update.AddDense(*p.base_bias_v, UpdateOp::APPLY_GRADIENT, bytes(grads.base_bias), cache));
   }
   return update.Run();
 }
@@ -235,12 +248,17 @@ absl::StatusOr<std::vector<Tensor>> TrainStep(ClosureContext& ctx, absl::Span<co
   RETURN_IF_ERROR(res->stream().Next(step, res->batch_size(), &batch));
   Pulled p;
   const int64_t global_step = step + 1;  // 1-based: 0 means "no step" to the ps
-  RETURN_IF_ERROR(res->lookup().Pull(ctx.ps, batch, global_step, LookupMode::kTrain, &p));
+  // The table rows at once; the weights, the net and the push in this worker's turn
+  // (worker/dense_turns.h), so the weights hold its earlier steps' updates.
+  RETURN_IF_ERROR(res->lookup().PullTables(ctx.ps, batch, global_step, LookupMode::kTrain, &p));
+  DenseTurn turn = res->turns().Take(global_step);
+  RETURN_IF_ERROR(res->lookup().PullWeights(ctx.ps, batch, global_step, &p, turn.cache()));
   TabularNet net(res->device(), res->spec(), res->layout(), res->shape());
   NetOutput out;
   NetGrads grads;
   RETURN_IF_ERROR(net.Run(p.batch, p.params, &out, &grads));
-  RETURN_IF_ERROR(Push(*res, p, grads, global_step));
+  RETURN_IF_ERROR(Push(*res, p, grads, global_step, turn.cache()));
+  turn.Release();
   return std::vector<Tensor>{Tensor::Scalar<float>(static_cast<float>(out.loss)),
                              Tensor::Scalar<int64_t>(batch.n),
                              Tensor::Scalar<float>(static_cast<float>(out.base_loss))};
