@@ -120,9 +120,14 @@ absl::StatusOr<Run> TrainOnce(const std::string& model, const ModelOptions& mo,
   to.validate = false;
   to.validate_at_start = false;
   Run run;
-  if (variant == "hybrid") {
+  if (absl::StartsWith(variant, "hybrid")) {
     MirroredOptions mirrored;
     mirrored.num_workers = workers;
+    // Experiments: hybrid_inflight<N> runs N steps in flight per worker.
+    if (absl::StartsWith(variant, "hybrid_inflight") &&
+        !absl::SimpleAtoi(variant.substr(15), &mirrored.steps_in_flight)) {
+      return absl::InvalidArgumentError(absl::StrCat("variant ", variant));
+    }
     ASSIGN_OR_RETURN(MirroredResult r, TrainHybridInProcess(model, mo, to, mirrored, 2));
     run.auc = r.chief.metrics.values["test_auc"];
     run.logloss = r.chief.metrics.values["test_logloss"];

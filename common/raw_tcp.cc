@@ -742,6 +742,8 @@ RawTcpChannel::RawTcpChannel(std::string host, int port, RawTcpChannelOptions op
   for (int i = 0; i < std::max(1, options.connections); ++i) {
     states_.push_back(std::make_shared<State>(host, port, options));
   }
+  shared_ = states_.size();
+  if (options.priority_connection) states_.push_back(std::make_shared<State>(host, port, options));
 }
 
 RawTcpChannel::~RawTcpChannel() {
@@ -764,8 +766,11 @@ RawTcpChannel::~RawTcpChannel() {
   }
 }
 
-void RawTcpChannel::Call(int method, const std::vector<absl::string_view>& request, Done done) {
-  const std::shared_ptr<State>& state_ = states_[next_.fetch_add(1) % states_.size()];
+void RawTcpChannel::Call(int method, const std::vector<absl::string_view>& request, Done done,
+                         bool priority) {
+  const std::shared_ptr<State>& state_ = priority && states_.size() > shared_
+                                             ? states_.back()
+                                             : states_[next_.fetch_add(1) % shared_];
   State& s = *state_;
   uint64_t id = 0, gen = 0;
   int fd = -1;

@@ -103,6 +103,11 @@ struct RawTcpChannelOptions {
   // on a thread of its own, so calls in flight on different connections run side by side.
   // Default 2.
   int connections = 2;
+  // One more connection, for the calls made with `priority` only: a call on the critical path of
+  // a worker's steps (the push that ends a turn at the dense part: worker/dense_turns.h) doesn't
+  // queue behind the other calls' requests, and the server serves it on a thread of its own.
+  // Default false.
+  bool priority_connection = false;
 };
 
 // A reply's bytes, kept alive by `owner` (the buffer they were received into).
@@ -128,12 +133,14 @@ class RawTcpChannel {
   // outcome came while its pieces were still being written). Errors given to done: the handler's
   // (its code and message), kUnavailable naming the peer when it can't be reached or the
   // connection broke, kDeadlineExceeded after the timeout, kUnauthenticated when the token was
-  // refused.
-  void Call(int method, const std::vector<absl::string_view>& request, Done done);
+  // refused. `priority`: on the priority connection, if the channel has one.
+  void Call(int method, const std::vector<absl::string_view>& request, Done done,
+            bool priority = false);
 
  private:
   struct State;  // one connection
-  std::vector<std::shared_ptr<State>> states_;
+  std::vector<std::shared_ptr<State>> states_;  // the priority connection last, if any
+  size_t shared_ = 0;                           // connections for calls without priority
   std::atomic<uint64_t> next_{0};
 };
 

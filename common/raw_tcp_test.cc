@@ -105,6 +105,50 @@ TEST(RawTcpTest, ManyInFlight_LargeMessages_EachGetsItsOwnReply) {
   EXPECT_EQ(ok.load(), 65);
 }
 
+// A call with priority travels on the channel's own connection: it is served while every shared
+// connection is held up by a handler that has not returned.
+TEST(RawTcpTest, PriorityCall_ServedWhileTheSharedConnectionIsBusy) {
+  absl::Notification blocked, release;
+  RawTcpServerOptions options;
+  options.host = "127.0.0.1";
+  auto server = RawTcpServer::Start(
+      options, [&](int method, const std::vector<absl::string_view>& request,
+                   const ReplyAllocator& reply) {
+        if (method == 3) {
+          blocked.Notify();
+          release.WaitForNotification();
+        }
+        return Handler(0, request, reply);
+      });
+  ASSERT_TRUE(server.ok()) << server.status();
+  RawTcpChannelOptions o;
+  o.connections = 1;
+  o.priority_connection = true;
+  RawTcpChannel channel("127.0.0.1", (*server)->port(), o);
+  absl::Notification slow_done;
+  channel.Call(3, {"slow"}, [&](absl::Status s, RawTcpReply) {
+    EXPECT_TRUE(s.ok()) << s;
+    slow_done.Notify();
+  });
+  blocked.WaitForNotification();
+  absl::Notification fast_done;
+  Result fast;
+  channel.Call(
+      0, {"abc"},
+      [&](absl::Status s, RawTcpReply reply) {
+        fast.status = std::move(s);
+        fast.bytes = std::string(reply.bytes);
+        fast_done.Notify();
+      },
+      /*priority=*/true);
+  ASSERT_TRUE(fast_done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_TRUE(fast.status.ok()) << fast.status;
+  EXPECT_EQ(fast.bytes, "cba");
+  EXPECT_FALSE(slow_done.HasBeenNotified());
+  release.Notify();
+  slow_done.WaitForNotification();
+}
+
 TEST(RawTcpTest, Token_WrongOneRefusedUnauthenticated_RightOneServed) {
   auto server = Serve("s3cret");
   RawTcpChannelOptions wrong;

@@ -109,7 +109,8 @@ absl::StatusOr<std::vector<Tensor>> TrainStep(const FashionMnistNames& names, Cl
   // Uninitialized: the pull and the backward pass overwrite every float.
   std::unique_ptr<float[]> params(new float[net.num_params()]);
   std::unique_ptr<float[]> grads(new float[net.num_params()]);
-  DenseTurn turn = res->turns().Take(step + 1);  // from the pull to the push
+  // From the pull to the push.
+  DenseTurn turn = res->turns().Take(step + 1, ctx.steps_in_order);
   RETURN_IF_ERROR(PullFlat(vars, params.get(), turn.cache()));
   const int64_t n = static_cast<int64_t>(rows.size());
   ASSIGN_OR_RETURN(float loss, net.ForwardBackward(res->replicas(), params.get(), n, x.data(),
@@ -126,8 +127,7 @@ absl::StatusOr<std::vector<Tensor>> TrainStep(const FashionMnistNames& names, Cl
     RETURN_IF_ERROR(update.AddDense(count, UpdateOp::ASSIGN_ADD,
                                     absl::string_view(reinterpret_cast<const char*>(&one), 4)));
   }
-  RETURN_IF_ERROR(update.Run());
-  turn.Release();
+  RETURN_IF_ERROR(update.Run([&turn] { turn.Release(); }));
   return std::vector<Tensor>{Tensor::Scalar<float>(loss), Tensor::Scalar<int64_t>(n)};
 }
 

@@ -90,7 +90,7 @@ absl::StatusOr<std::vector<Tensor>> TrainStep(ClosureContext& ctx, absl::Span<co
   // (worker/dense_turns.h), so the weights hold its earlier steps' updates.
   RETURN_IF_ERROR(
       PullCtrRows(v, res->keying(), res->host(), res->data().train, rows, global_step, &p));
-  DenseTurn turn = res->turns().Take(global_step);
+  DenseTurn turn = res->turns().Take(global_step, ctx.steps_in_order);
   DenseCache* const cache = turn.cache();
   RETURN_IF_ERROR(PullCtrWeights(v, res->keying(), global_step, &p, cache));
   std::vector<float> grads;
@@ -128,10 +128,9 @@ absl::StatusOr<std::vector<Tensor>> TrainStep(ClosureContext& ctx, absl::Span<co
   RETURN_IF_ERROR(update.AddDense(v.lr_bias, UpdateOp::APPLY_GRADIENT,
                                   bytes(layout.lr_bias, layout.size), cache));
   // One push for the rows and the weights (sent to the ps tasks side by side); the weights come
-  // back into the cache as it left them, and the turn goes back once it has landed, so the
-  // worker's next step computes on weights that hold it.
-  RETURN_IF_ERROR(update.Run());
-  turn.Release();
+  // back into the cache as the push left them, and the turn goes back once they are there, so
+  // the worker's next step computes on weights that hold it.
+  RETURN_IF_ERROR(update.Run([&turn] { turn.Release(); }));
   return std::vector<Tensor>{Tensor::Scalar<float>(loss),
                              Tensor::Scalar<int64_t>(static_cast<int64_t>(rows.size())),
                              Tensor::Scalar<float>(lr_loss)};

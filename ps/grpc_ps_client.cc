@@ -221,7 +221,8 @@ class GrpcPsClient final : public PsClient {
                      s = absl::InternalError("update reply: malformed");
                    }
                    done(DataPlaneStatus(data, std::move(s)));
-                 });
+                 },
+                 /*priority=*/request->return_rows());
       return;
     }
     struct Pending {
@@ -418,6 +419,9 @@ class GrpcPsClient final : public PsClient {
     o.token = security->auth_token;
     o.timeout = options_.timeout;
     o.name = absl::StrCat(name_, " (data plane port ", health.data_port(), ")");
+    // Pushes that end a worker's turn at the dense part (they ask for the rows back) travel on
+    // their own connection, not behind the table rows' traffic.
+    o.priority_connection = true;
     data_ = std::make_shared<RawTcpChannel>(host, health.data_port(), o);
     return data_;
   }

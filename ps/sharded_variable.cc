@@ -1,15 +1,15 @@
 #include "ps/sharded_variable.h"
 
-#include "ps/dense_cache.h"
-
 #include <algorithm>
 #include <cstring>
 #include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/id_index.h"
 #include "common/status_macros.h"
+#include "ps/dense_cache.h"
 
 namespace pstrain {
 namespace {
@@ -336,6 +336,12 @@ UpdateBatch::PerPs& UpdateBatch::For(PsClient* client) {
   return p;
 }
 
+UpdateBatch::PerPs& UpdateBatch::ForReturning(PsClient* client) {
+  PerPs& p = returning_[client];
+  p.client = client;
+  return p;
+}
+
 template <typename ShardOf, typename NameOf, typename PsOf>
 void UpdateBatch::AddRouted(UpdateOp::Kind kind, absl::Span<const int64_t> ids,
                             const char* values, int64_t row_bytes, int64_t width,
@@ -441,7 +447,11 @@ absl::Status UpdateBatch::AddDense(const ShardedVariable& v, UpdateOp::Kind kind
   if (cache != nullptr) returned_.push_back(Returned{cache, v, {}});
   for (size_t i = 0; i < v.shards().size(); ++i) {
     const ShardLocation& s = v.shards()[i];
-    PerPs& p = For(v.ps(s.ps_task));
+    PsClient* client = v.ps(s.ps_task);
+    // A push that brings rows back is applied whole before the ps replies: in a request of its
+    // own, so that the other ops (a step's table rows, say) are still answered early. A
+    // synchronous replica takes one request per step (one all-reduce).
+    PerPs& p = cache != nullptr && !client->synchronous() ? ForReturning(client) : For(client);
     // Sent from the caller's memory, not copied into the request.
     p.values.push_back(values.substr(s.row_offset * v.row_bytes(), s.num_rows * v.row_bytes()));
     UpdateOp* op = p.request.add_ops();
@@ -454,32 +464,70 @@ absl::Status UpdateBatch::AddDense(const ShardedVariable& v, UpdateOp::Kind kind
       // The gradient was computed on the cache's rows if it holds them: their version says so.
       op->set_read_version(cache->Version(v, static_cast<int>(i)));
       p.request.set_return_rows(true);
-      returned_.back().ops.push_back({p.client, p.request.ops_size() - 1});
+      returned_.back().ops.push_back({&p, p.request.ops_size() - 1});
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status UpdateBatch::Run() {
+absl::Status UpdateBatch::Run(const std::function<void()>& rows_back) {
   if (step_ != 0) {
     for (auto& [client, p] : per_ps_) p.request.set_step(step_);
+    for (auto& [client, p] : returning_) p.request.set_step(step_);
   }
-  // Asynchronous ps tasks first; a synchronous replica's update (a collective) once they landed.
-  std::map<PsClient*, PerPs> synchronous;
-  for (auto it = per_ps_.begin(); it != per_ps_.end();) {
-    if (it->first->synchronous()) {
-      synchronous.insert(per_ps_.extract(it++));
-    } else {
-      ++it;
+  // Asynchronous ps tasks first, all at once (the requests bringing rows back among them); a
+  // synchronous replica's update (a collective) once they all landed.
+  std::vector<PerPs*> asynchronous, synchronous;
+  for (auto& [client, p] : returning_) asynchronous.push_back(&p);
+  const size_t returning = asynchronous.size();
+  for (auto& [client, p] : per_ps_) {
+    (client->synchronous() ? synchronous : asynchronous).push_back(&p);
+  }
+  std::vector<absl::Status> statuses(asynchronous.size());
+  absl::Mutex mu;
+  size_t landed = 0, returned = 0;  // guarded by mu
+  for (size_t i = 0; i < asynchronous.size(); ++i) {
+    PerPs& p = *asynchronous[i];
+    p.client->UpdateWithValuesAsync(&p.request, &p.values, &p.response,
+                                    [&, i, returning](absl::Status s) {
+                                      absl::MutexLock lock(&mu);
+                                      statuses[i] = std::move(s);
+                                      ++landed;
+                                      if (i < returning) ++returned;
+                                    });
+  }
+  auto first_error = [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      if (!statuses[i].ok()) return statuses[i];
     }
-  }
-  auto send = [](PerPs& p, PsClient::Done done) {
-    p.client->UpdateWithValuesAsync(&p.request, &p.values, &p.response, std::move(done));
+    return absl::OkStatus();
   };
-  absl::Status status = SendAll(per_ps_, send);
+  absl::Status status;
+  if (synchronous.empty() && returning > 0) {
+    // The rows are back before the rest has landed: fill the caches and tell the caller now.
+    {
+      absl::MutexLock lock(&mu);
+      auto back = [&returned, returning]() { return returned == returning; };
+      mu.Await(absl::Condition(&back));
+    }
+    status = first_error(0, returning);
+    FillCaches(status);
+    if (rows_back) rows_back();
+  }
+  {
+    absl::MutexLock lock(&mu);
+    const size_t all = asynchronous.size();
+    auto done = [&landed, all]() { return landed == all; };
+    mu.Await(absl::Condition(&done));
+  }
+  const bool filled = synchronous.empty() && returning > 0;
+  if (status.ok()) status = first_error(0, statuses.size());
   if (!synchronous.empty()) {
     if (status.ok()) {
-      status = SendAll(synchronous, send);
+      status = CallAll(static_cast<int>(synchronous.size()), [&](int i, PsClient::Done done) {
+        PerPs& p = *synchronous[i];
+        p.client->UpdateWithValuesAsync(&p.request, &p.values, &p.response, std::move(done));
+      });
     } else {
       // This worker's step failed: its replica's collective must not run (the other workers'
       // collectives fail on this worker's abort, or match its error).
@@ -487,8 +535,19 @@ absl::Status UpdateBatch::Run() {
                                                         " (the synchronous update was not sent)"));
     }
   }
-  // What came back for the caches: a variable's copy only if the push landed whole and every
-  // shard of it returned its rows.
+  if (!filled) {
+    FillCaches(status);
+    if (rows_back) rows_back();
+  }
+  returned_.clear();
+  per_ps_.clear();
+  returning_.clear();
+  return status;
+}
+
+// What came back for the caches: a variable's copy only if its push landed and every shard of it
+// returned its rows.
+void UpdateBatch::FillCaches(const absl::Status& status) {
   for (const Returned& r : returned_) {
     if (!status.ok()) {
       r.cache->Drop(r.variable);
@@ -496,24 +555,13 @@ absl::Status UpdateBatch::Run() {
     }
     r.cache->Begin(r.variable);
     for (size_t i = 0; i < r.ops.size(); ++i) {
-      auto found = per_ps_.find(r.ops[i].client);
-      const PerPs* p = found != per_ps_.end() ? &found->second : nullptr;
-      if (p == nullptr) {
-        auto sync = synchronous.find(r.ops[i].client);
-        if (sync != synchronous.end()) p = &sync->second;
-      }
+      const UpdateResponse& response = r.ops[i].request->response;
       const int op = r.ops[i].op;
-      if (p == nullptr || op >= p->response.values_size() || op >= p->response.versions_size()) {
-        continue;
-      }
-      r.cache->Put(r.variable, static_cast<int>(i), p->response.values(op),
-                   p->response.versions(op));
+      if (op >= response.values_size() || op >= response.versions_size()) continue;
+      r.cache->Put(r.variable, static_cast<int>(i), response.values(op), response.versions(op));
     }
     r.cache->Commit(r.variable);
   }
-  returned_.clear();
-  per_ps_.clear();
-  return status;
 }
 
 }  // namespace pstrain

@@ -4,6 +4,7 @@
 #define PSTRAIN_PS_SHARDED_VARIABLE_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -139,32 +140,42 @@ class UpdateBatch {
   // op carries the version of the cache's rows the values were computed on.
   absl::Status AddDense(const ShardedVariable& v, UpdateOp::Kind kind, absl::string_view values,
                         DenseCache* cache = nullptr);
-  absl::Status Run();
+  // Sends and waits. Errors: the first ps error. `rows_back` (may be empty) runs once the rows
+  // that come back are in their caches (or dropped, if their push failed), while the other
+  // requests may still be on their way: a worker gives its turn back there
+  // (worker/dense_turns.h). The requests that bring rows back are applied whole before the ps
+  // replies; the others may be answered early, and travel apart from them.
+  absl::Status Run(const std::function<void()>& rows_back = nullptr);
 
  private:
-  // A variable whose rows come back into a cache: where its shards' ops are, in shard order.
-  struct Returned {
-    DenseCache* cache;
-    ShardedVariable variable;
-    struct Op {
-      PsClient* client;
-      int op;  // index in that ps's request
-    };
-    std::vector<Op> ops;
-  };
-  std::vector<Returned> returned_;
   struct PerPs {
     PsClient* client = nullptr;
     UpdateRequest request;
     std::vector<absl::string_view> values;  // per op: its values if not in `request` (dense)
     UpdateResponse response;
   };
+  // A variable whose rows come back into a cache: where its shards' ops are, in shard order.
+  struct Returned {
+    DenseCache* cache;
+    ShardedVariable variable;
+    struct Op {
+      PerPs* request;  // a node of per_ps_ or returning_ (stable until Run clears them)
+      int op;          // index in its request
+    };
+    std::vector<Op> ops;
+  };
+  std::vector<Returned> returned_;
   PerPs& For(PsClient* client);
+  // The request per ps of the ops whose rows come back (return_rows), apart from the others.
+  PerPs& ForReturning(PsClient* client);
+  // Puts what came back into the caches (drops them after a failure: `status`).
+  void FillCaches(const absl::Status& status);
   template <typename ShardOf, typename NameOf, typename PsOf>
   void AddRouted(UpdateOp::Kind kind, absl::Span<const int64_t> ids, const char* values,
                  int64_t row_bytes, int64_t width, bool sum_repeats, DataType dtype,
                  int num_shards, ShardOf shard_of, NameOf name_of, PsOf ps_of);
   std::map<PsClient*, PerPs> per_ps_;
+  std::map<PsClient*, PerPs> returning_;
   int64_t step_ = 0;
 };
 

@@ -401,6 +401,43 @@ TEST_F(PsClusterTest, DensePushWithCache_RowsComeBackFromEveryShard) {
   EXPECT_FALSE(cache.Holds(v));
 }
 
+// Rows coming back and other ops in one batch: the rows travel in a request of their own, and
+// rows_back runs once they are in the cache, before Run returns; the other ops land too.
+TEST_F(PsClusterTest, DensePushWithCache_RowsBackBeforeRunReturns_OtherOpsLand) {
+  OptimizerDef sgd;
+  sgd.set_kind(OptimizerDef::SGD);
+  sgd.set_learning_rate(1.0);
+  ShardedVariable w = Create("rw", 2, 1, {{"rw/part_0", 0, 1, 0}, {"rw/part_1", 1, 1, 1}}, &sgd);
+  ShardedVariable e = Create("re", 4, 2, {{"re/part_0", 0, 2, 0}, {"re/part_1", 2, 2, 1}}, &sgd);
+  DenseCache cache;
+  const std::vector<float> grads = {1, 2};
+  const std::vector<int64_t> ids = {3, 0};
+  const std::vector<float> rows = {1, 1, 2, 2};
+  UpdateBatch update;
+  ASSERT_TRUE(update
+                  .AddDense(w, UpdateOp::APPLY_GRADIENT,
+                            absl::string_view(reinterpret_cast<const char*>(grads.data()), 8),
+                            &cache)
+                  .ok());
+  ASSERT_TRUE(update
+                  .AddSparse(e, UpdateOp::APPLY_GRADIENT, ids,
+                             reinterpret_cast<const char*>(rows.data()))
+                  .ok());
+  int calls = 0;
+  std::vector<float> seen(2, 0.0f);
+  ASSERT_TRUE(update
+                  .Run([&] {
+                    ++calls;
+                    EXPECT_TRUE(cache.Read(w, reinterpret_cast<char*>(seen.data())));
+                  })
+                  .ok());
+  EXPECT_EQ(calls, 1);
+  EXPECT_THAT(seen, ElementsAre(-1, -2));
+  absl::StatusOr<std::string> all = e.ReadAll();
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_THAT(Floats(*all), ElementsAre(-2, -2, 0, 0, 0, 0, -1, -1));
+}
+
 TEST_F(PsClusterTest, PsDown_Unavailable_NamesTask) {
   ShardedVariable v = Create("d", 2, 1, {{"d/part_0", 0, 1, 0}, {"d/part_1", 1, 1, 1}});
   ASSERT_TRUE(cluster_->StopTask({"ps", 1}).ok());

@@ -164,8 +164,11 @@ RankOutcome RunRank(int attempt, const RankPlan& plan, const std::string& model_
     return out;
   }
   TrainerOptions options = chief_options;
-  // One step at a time: every replica must make the same all-reduces in the same order.
-  options.max_pending_steps = 1;
+  // Steps overlap in everything but their dense parts, which take turns in step order: every
+  // replica makes the same all-reduces in the same order. The first step runs alone, so that
+  // every worker's order starts from it.
+  options.max_pending_steps = std::max(1, mirrored.steps_in_flight);
+  options.first_step_alone = true;
   NullBuffer null_buffer;
   std::ostream null_stream(&null_buffer);
   if (rank != 0) {
@@ -209,6 +212,10 @@ absl::Status CheckOptions(const TrainerOptions& options, const MirroredOptions& 
   if (mirrored.num_workers < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("multi_worker_mirrored: ", mirrored.num_workers, " workers (at least 1)"));
+  }
+  if (mirrored.steps_in_flight < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "synchronous training: ", mirrored.steps_in_flight, " steps in flight (at least 1)"));
   }
   if (options.early_stopping_patience > 0) {
     return absl::InvalidArgumentError(

@@ -56,6 +56,11 @@ struct MirroredOptions {
   int max_restarts = 3;
   // Dense gradients are all-reduced in buckets of this many bytes. Default 4 MiB.
   int64_t bucket_bytes = 4 << 20;
+  // Steps each worker has in flight at once: while one step computes and all-reduces its dense
+  // gradients, the next ones read their batches and look up their table rows. Their dense parts
+  // still run one at a time, in step order (worker/dense_turns.h), so the replicas stay exactly
+  // synchronous. Default 4; 1: one step at a time.
+  int steps_in_flight = 4;
   // How long one all-reduce may take. Default 60 s.
   absl::Duration collective_timeout = absl::Seconds(60);
   // How long forming the group waits for every worker (a restarted one included). Default 60 s;

@@ -283,9 +283,11 @@ class TrainingLoop {
   // max_pending_steps in flight, with validations and saves when due.
   absl::Status TrainSteps(bool stop) {
     for (int64_t step = start_; step < end_ && !stop; ++step) {
-      // At most max_pending_steps in flight: with 1, a step starts only after the previous one
-      // finished (synchronous training relies on it).
-      while (static_cast<int64_t>(pending_.size()) >= options_.max_pending_steps) {
+      // At most max_pending_steps in flight (with 1, a step starts only after the previous one
+      // finished); the step after the first only once the first finished, if it runs alone.
+      const int64_t limit =
+          options_.first_step_alone && step == start_ + 1 ? 1 : options_.max_pending_steps;
+      while (static_cast<int64_t>(pending_.size()) >= limit) {
         RETURN_IF_ERROR(CollectFront());
       }
       ASSIGN_OR_RETURN(RemoteValue value, model_->ScheduleStep(coordinator_.get(), step));

@@ -73,6 +73,10 @@ struct TrainerOptions {
   int64_t summary_every_steps = 20;
   // Steps scheduled but not yet collected, at most. Default 64.
   int64_t max_pending_steps = 64;
+  // The run's first step runs alone: the next is scheduled once it is collected. The synchronous
+  // strategies set it: their workers' turns at the dense part go in step order from the first
+  // step that asks (worker/dense_turns.h). Default false.
+  bool first_step_alone = false;
   // The progress line (its total_steps and initial_* are filled in by the trainer).
   ProgressOptions progress;
   // Evaluate at the end. Default true.

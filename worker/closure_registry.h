@@ -38,6 +38,10 @@ struct ClosureContext {
   // (models/batches.h, ReplicaShare). Default 0 of 1: the whole batch.
   int replica_index = 0;
   int num_replicas = 1;
+  // Synchronous training: every worker runs every step, and a step's turn at the dense part
+  // (where it all-reduces its gradients) goes in step order (worker/dense_turns.h). Default
+  // false: first come, first served.
+  bool steps_in_order = false;
   // The per-worker resources named in the call (its own worker's instances), in order.
   std::vector<Dataset*> datasets;
   // The ps tasks: variable handles by name, and the raw clients.

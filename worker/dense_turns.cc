@@ -5,34 +5,36 @@
 namespace pstrain {
 
 DenseTurn::DenseTurn(DenseTurn&& other) noexcept
-    : turns_(std::exchange(other.turns_, nullptr)), step_(other.step_) {}
+    : turns_(std::exchange(other.turns_, nullptr)),
+      step_(other.step_),
+      in_step_order_(other.in_step_order_) {}
 
 DenseTurn& DenseTurn::operator=(DenseTurn&& other) noexcept {
   if (this != &other) {
     Release();
     turns_ = std::exchange(other.turns_, nullptr);
     step_ = other.step_;
+    in_step_order_ = other.in_step_order_;
   }
   return *this;
 }
 
 DenseCache* DenseTurn::cache() const {
   if (turns_ == nullptr) return nullptr;
-  const DenseTurnsOptions& o = turns_->options();
-  return o.turns == 1 || o.by_step ? &turns_->cache_ : nullptr;
+  return turns_->options().turns == 1 || in_step_order_ ? &turns_->cache_ : nullptr;
 }
 
 void DenseTurn::Release() {
   if (turns_ == nullptr) return;
-  std::exchange(turns_, nullptr)->Give(step_);
+  std::exchange(turns_, nullptr)->Give(step_, in_step_order_);
 }
 
-DenseTurn DenseTurns::Take(int64_t step) {
+DenseTurn DenseTurns::Take(int64_t step, bool in_step_order) {
   absl::MutexLock lock(&mu_);
   ++waiting_;
-  if (options_.by_step) {
+  if (in_step_order) {
     auto ready = [this, step]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return next_step_ == step && held_ == 0;
+      return held_ == 0 && (next_step_ == step || next_step_ < 0);
     };
     mu_.Await(absl::Condition(&ready));
   } else {
@@ -45,18 +47,13 @@ DenseTurn DenseTurns::Take(int64_t step) {
   }
   --waiting_;
   ++held_;
-  return DenseTurn(this, step);
+  return DenseTurn(this, step, in_step_order);
 }
 
-void DenseTurns::Give(int64_t step) {
+void DenseTurns::Give(int64_t step, bool in_step_order) {
   absl::MutexLock lock(&mu_);
   --held_;
-  if (options_.by_step) next_step_ = step + 1;
-}
-
-void DenseTurns::Restart(int64_t first_step) {
-  absl::MutexLock lock(&mu_);
-  next_step_ = first_step;
+  if (in_step_order) next_step_ = step + 1;
 }
 
 bool DenseTurns::AwaitWaiting(int n, absl::Duration timeout) const {

@@ -20,9 +20,10 @@
 // weights as the previous step's push returned them, so a step reads them without a round trip
 // to the ps, and the chain of turns costs one round trip per step (the push) instead of two.
 //
-// Turns are granted in the order steps ask for them (first come, first served), or, `by_step`,
-// in step order: the hybrid strategy's workers all-reduce each step's dense gradients, so every
-// worker must send them in the same order. Thread-safe.
+// Turns are granted in the order steps ask for them (first come, first served), or in step order
+// (Take's in_step_order): under a synchronous strategy every worker runs every step and
+// all-reduces each step's dense gradients in its turn, so every worker must take them in the same
+// order. A worker takes its turns one way or the other, not both. Thread-safe.
 #ifndef PSTRAIN_WORKER_DENSE_TURNS_H_
 #define PSTRAIN_WORKER_DENSE_TURNS_H_
 
@@ -38,13 +39,8 @@ namespace pstrain {
 struct DenseTurnsOptions {
   // How many steps may hold a turn at once (their dense parts overlap). Default 1; 0: no limit
   // (every step takes a turn at once: the plain asynchronous order). With more than one, no
-  // step gets the cache.
+  // step gets the cache. Turns in step order are one at a time whatever this says.
   int turns = 1;
-  // Grant turns in step order: step s's turn waits until step s - 1 has given its turn back (the
-  // first step a worker takes is `first_step`). Requires turns == 1 and every step from
-  // first_step on to take its turn exactly once. Default false: first come, first served.
-  bool by_step = false;
-  int64_t first_step = 0;
 };
 
 class DenseTurns;
@@ -69,23 +65,22 @@ class DenseTurn {
 
  private:
   friend class DenseTurns;
-  DenseTurn(DenseTurns* turns, int64_t step) : turns_(turns), step_(step) {}
+  DenseTurn(DenseTurns* turns, int64_t step, bool in_step_order)
+      : turns_(turns), step_(step), in_step_order_(in_step_order) {}
   DenseTurns* turns_ = nullptr;
   int64_t step_ = 0;
+  bool in_step_order_ = false;
 };
 
 class DenseTurns {
  public:
-  explicit DenseTurns(DenseTurnsOptions options = {}) : options_(options) {
-    next_step_ = options.first_step;
-  }
+  explicit DenseTurns(DenseTurnsOptions options = {}) : options_(options) {}
 
-  // Waits for a turn for `step` (global step) and returns it, held.
-  DenseTurn Take(int64_t step);
-
-  // Starts step order again at `first_step` (by_step only), e.g. when a job resumes at another
-  // step. Turns held are not affected.
-  void Restart(int64_t first_step);
+  // Waits for a turn for `step` (global step) and returns it, held. `in_step_order`: step s's
+  // turn waits until step s - 1's has been given back; the first step to take a turn starts the
+  // order, so the first step of a run must ask alone (the synchronous strategies run it alone:
+  // TrainerOptions::first_step_alone), and every later step must take its turn once.
+  DenseTurn Take(int64_t step, bool in_step_order = false);
 
   const DenseTurnsOptions& options() const { return options_; }
   // Tests: turns held now; whether `n` steps are waiting for a turn within `timeout`.
@@ -94,7 +89,7 @@ class DenseTurns {
 
  private:
   friend class DenseTurn;
-  void Give(int64_t step);
+  void Give(int64_t step, bool in_step_order);
 
   const DenseTurnsOptions options_;
   DenseCache cache_;  // used by the holder of the one turn only
@@ -105,8 +100,8 @@ class DenseTurns {
   // First come, first served: tickets handed out and the next one to serve.
   uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t serving_ ABSL_GUARDED_BY(mu_) = 0;
-  // by_step: the step whose turn is next.
-  int64_t next_step_ ABSL_GUARDED_BY(mu_) = 0;
+  // In step order: the step whose turn is next (-1: the first to ask).
+  int64_t next_step_ ABSL_GUARDED_BY(mu_) = -1;
 };
 
 }  // namespace pstrain

@@ -20,9 +20,9 @@ constexpr absl::Duration kDeadline = absl::Seconds(10);
 // A thread that takes a turn for `step`, notes when it holds it, and gives it back when told.
 class Taker {
  public:
-  Taker(DenseTurns* turns, int64_t step) {
-    thread_ = std::thread([this, turns, step] {
-      DenseTurn turn = turns->Take(step);
+  Taker(DenseTurns* turns, int64_t step, bool in_step_order = false) {
+    thread_ = std::thread([this, turns, step, in_step_order] {
+      DenseTurn turn = turns->Take(step, in_step_order);
       holds_.Notify();
       release_.WaitForNotification();
     });
@@ -122,17 +122,15 @@ TEST(DenseTurnsTest, Moved_TheTurnGoesWithIt) {
   EXPECT_EQ(turns.held(), 0);
 }
 
-TEST(DenseTurnsTest, ByStep_AStepWaitsForThePreviousEvenIfItAskedFirst) {
-  DenseTurnsOptions options;
-  options.by_step = true;
-  options.first_step = 5;
-  DenseTurns turns(options);
-  Taker seventh(&turns, 7);
-  Taker sixth(&turns, 6);
+TEST(DenseTurnsTest, InStepOrder_AStepWaitsForThePreviousEvenIfItAskedFirst) {
+  DenseTurns turns;
+  DenseTurn fifth = turns.Take(5, /*in_step_order=*/true);  // the first to ask starts the order
+  EXPECT_NE(fifth.cache(), nullptr);
+  Taker seventh(&turns, 7, /*in_step_order=*/true);
+  Taker sixth(&turns, 6, /*in_step_order=*/true);
   ASSERT_TRUE(turns.AwaitWaiting(2, kDeadline));
   EXPECT_FALSE(seventh.HoldsWithin(kBlocked));
   EXPECT_FALSE(sixth.HoldsWithin(absl::ZeroDuration()));
-  DenseTurn fifth = turns.Take(5);  // the first step: at once
   fifth.Release();
   EXPECT_TRUE(sixth.HoldsWithin(kDeadline));
   EXPECT_FALSE(seventh.HoldsWithin(kBlocked));
@@ -140,17 +138,19 @@ TEST(DenseTurnsTest, ByStep_AStepWaitsForThePreviousEvenIfItAskedFirst) {
   EXPECT_TRUE(seventh.HoldsWithin(kDeadline));
 }
 
-TEST(DenseTurnsTest, ByStep_Restart_StartsTheOrderAgain) {
+TEST(DenseTurnsTest, Cache_OnlyWithOneTurn) {
+  DenseTurns one;
+  DenseTurn a = one.Take(1);
+  EXPECT_NE(a.cache(), nullptr);
+  a.Release();
+  EXPECT_EQ(a.cache(), nullptr);  // not held
   DenseTurnsOptions options;
-  options.by_step = true;
-  DenseTurns turns(options);
-  turns.Take(0).Release();
-  turns.Take(1).Release();
-  turns.Restart(/*first_step=*/40);
-  Taker later(&turns, 41);
-  EXPECT_FALSE(later.HoldsWithin(kBlocked));
-  turns.Take(40).Release();
-  EXPECT_TRUE(later.HoldsWithin(kDeadline));
+  options.turns = 2;
+  DenseTurns two(options);
+  EXPECT_EQ(two.Take(1).cache(), nullptr);
+  options.turns = 0;
+  DenseTurns unlimited(options);
+  EXPECT_EQ(unlimited.Take(1).cache(), nullptr);
 }
 
 }  // namespace

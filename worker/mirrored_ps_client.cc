@@ -53,7 +53,9 @@ absl::StatusOr<std::string> FromWords(const int64_t* words, int64_t count, int r
 
 absl::Status MirrorGradients(CollectiveGroup* group, int64_t bucket_bytes, UpdateRequest* request) {
   const int n = group->size();
-  // 1. The dense ops' layout must be the same everywhere.
+  // 1. What must match across workers for the dense all-reduce to line up (the dense ops' shards,
+  // ranges and sizes, and the step), and every worker's sparse ops, in one all-gather: per rank
+  // [signature, step, the sparse ops as words].
   uint64_t signature = 14695981039346656037ull;
   int64_t dense_floats = 0;
   for (const UpdateOp& op : request->ops()) {
@@ -65,14 +67,34 @@ absl::Status MirrorGradients(CollectiveGroup* group, int64_t bucket_bytes, Updat
     signature = Mix(signature, absl::string_view(reinterpret_cast<const char*>(&floats), 8));
     dense_floats += floats;
   }
-  std::vector<int64_t> signatures, counts;
-  const int64_t mine = static_cast<int64_t>(signature);
-  RETURN_IF_ERROR(group->AllGather(absl::MakeConstSpan(&mine, 1), &signatures, &counts));
+  UpdateRequest sparse;
+  for (const UpdateOp& op : request->ops()) {
+    if (!IsSparseGradient(op)) continue;
+    RETURN_IF_ERROR(CheckFloat(op));
+    *sparse.add_ops() = op;
+  }
+  std::vector<int64_t> mine = {static_cast<int64_t>(signature), request->step()};
+  const std::vector<int64_t> sparse_words = ToWords(sparse.SerializeAsString());
+  mine.insert(mine.end(), sparse_words.begin(), sparse_words.end());
+  std::vector<int64_t> words, counts;
+  RETURN_IF_ERROR(group->AllGather(absl::MakeConstSpan(mine), &words, &counts));
+  std::vector<int64_t> offsets(n, 0);
+  for (int r = 1; r < n; ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
   for (int r = 0; r < n; ++r) {
-    if (signatures[r] != signatures[0]) {
+    if (counts[r] < 3) {
+      return absl::InternalError(absl::StrCat("mirrored update: ", group->names()[r],
+                                              "'s gradients arrived malformed"));
+    }
+    if (words[offsets[r]] != words[0]) {
       return absl::FailedPreconditionError(absl::StrCat(
           "mirrored update: ", group->names()[r], "'s dense gradients (variables, shapes) differ "
           "from ", group->names()[0], "'s: every worker must update the same variables each step"));
+    }
+    if (words[offsets[r] + 1] != words[1]) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "mirrored update: ", group->names()[r], " sent step ", words[offsets[r] + 1],
+          "'s gradients while ", group->names()[0], " sent step ", words[1],
+          "'s: every worker must send its steps in step order"));
     }
   }
   // 2. Dense: packed, all-reduced (mean) a bucket at a time, unpacked.
@@ -96,22 +118,11 @@ absl::Status MirrorGradients(CollectiveGroup* group, int64_t bucket_bytes, Updat
       at += op.values().size() / sizeof(float);
     }
   }
-  // 3. Sparse: every worker's ops, gathered and merged per shard in rank order.
-  UpdateRequest sparse;
-  for (const UpdateOp& op : request->ops()) {
-    if (!IsSparseGradient(op)) continue;
-    RETURN_IF_ERROR(CheckFloat(op));
-    *sparse.add_ops() = op;
-  }
-  std::vector<int64_t> words;
-  RETURN_IF_ERROR(group->AllGather(absl::MakeConstSpan(ToWords(sparse.SerializeAsString())), &words,
-                                   &counts));
+  // 3. Sparse: every worker's ops, merged per shard in rank order.
   std::vector<std::string> order;
   std::map<std::string, UpdateOp> merged;
-  int64_t offset = 0;
   for (int r = 0; r < n; ++r) {
-    ASSIGN_OR_RETURN(std::string bytes, FromWords(words.data() + offset, counts[r], r));
-    offset += counts[r];
+    ASSIGN_OR_RETURN(std::string bytes, FromWords(words.data() + offsets[r] + 2, counts[r] - 2, r));
     UpdateRequest theirs;
     if (!theirs.ParseFromString(bytes)) {
       return absl::InternalError(
@@ -207,6 +218,9 @@ class MirroredPsClient final : public PsClient {
         if (!(*values)[i].empty()) owned->mutable_ops(i)->set_values(std::string((*values)[i]));
       }
     }
+    // The sparse ops move to the end when merged: where each op of the request stands after.
+    std::vector<bool> moves(request->ops_size());
+    for (int i = 0; i < request->ops_size(); ++i) moves[i] = IsSparseGradient(request->ops(i));
     absl::Status status = MirrorGradients(options_.group.get(), options_.bucket_bytes, owned.get());
     if (!status.ok()) {
       // Not this worker's failure, nor a ps's, for the coordinator to retry around: the step
@@ -216,8 +230,28 @@ class MirroredPsClient final : public PsClient {
           status.message())));
       return;
     }
-    replica_->UpdateAsync(owned.get(), response,
-                          [owned, done = std::move(done)](absl::Status s) { done(s); });
+    if (!request->return_rows()) {
+      replica_->UpdateAsync(owned.get(), response,
+                            [owned, done = std::move(done)](absl::Status s) { done(s); });
+      return;
+    }
+    // The rows come back per op of the merged request: put them back in the caller's op order
+    // (an op merged away gets none).
+    auto merged = std::make_shared<UpdateResponse>();
+    replica_->UpdateAsync(
+        owned.get(), merged.get(),
+        [owned, merged, moves = std::move(moves), response, done = std::move(done)](
+            absl::Status s) {
+          response->Clear();
+          int at = 0;
+          for (bool moved : moves) {
+            const bool has = !moved && at < merged->values_size() && at < merged->versions_size();
+            response->add_values(has ? merged->values(at) : std::string());
+            response->add_versions(has ? merged->versions(at) : 0);
+            if (!moved) ++at;
+          }
+          done(s);
+        });
   }
   void ExportAsync(const ExportRequest* request, ExportResponse* response, Done done) override {
     replica_->ExportAsync(request, response, std::move(done));

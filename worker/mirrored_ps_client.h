@@ -3,7 +3,8 @@
 // gradients across the workers before applying them, so every worker applies the same update
 // and the replicas stay identical, as TensorFlow's MultiWorkerMirroredStrategy does.
 //
-// Per update (every worker makes the same sequence of updates, one step at a time):
+// Per update (every worker makes the same sequence of updates, in step order: a worker's steps
+// overlap, but take their turns at the dense part one at a time: worker/dense_turns.h):
 //   dense APPLY_GRADIENT ops   packed into buckets of `bucket_bytes`, each all-reduced (mean)
 //   sparse APPLY_GRADIENT ops  every worker's ids and rows all-gathered, concatenated per shard in
 //                              rank order and scaled by 1/workers (the ps sums repeated ids first,
@@ -36,12 +37,12 @@ struct MirrorOptions {
 };
 
 // Thread-safe as far as the group is: updates from several threads are serialized by the group,
-// but must come in the same order on every worker (one step at a time). UpdateAsync blocks the
+// but must come in the same order on every worker (step order). UpdateAsync blocks the
 // caller for the collectives, then sends the update to the replica asynchronously.
 // Update errors: kFailedPrecondition "synchronous update failed (<code>): <message>" when the
 // collectives fail (the group's kUnavailable or kDeadlineExceeded naming the silent worker,
 // kAborted once the group is broken; kFailedPrecondition when the workers' dense gradients don't
-// match), kInvalidArgument for a gradient that isn't float32. Lookup errors: kInvalidArgument for
+// match or are of different steps), kInvalidArgument for a gradient that isn't float32. Lookup errors: kInvalidArgument for
 // a dynamic table's training lookup (not supported: the replicas' key sets would drift apart).
 // How an update whose collectives failed begins its (kFailedPrecondition) message, followed by
 // the group's code and message: the coordinator treats it as the closure's own error (it does

@@ -178,6 +178,7 @@ absl::Status WorkerServiceHandlers::Run(const RunClosureRequest& request,
   context.num_workers = num_workers_;
   context.replica_index = replica_index_;
   context.num_replicas = num_replicas_;
+  context.steps_in_order = synchronous_;
   context.ps = ps_.get();
   for (auto& r : resources) context.datasets.push_back(r->dataset.get());
   const absl::Time start = absl::Now();

@@ -36,11 +36,13 @@ class WorkerServiceHandlers {
   // Whether method number `method` blocks (runs closures or makes datasets).
   static bool Blocks(int method);
 
-  // Synchronous training: closures train on replica `index` of `count`'s share of each batch.
-  // Default 0 of 1. Set before serving.
+  // Synchronous training: closures train on replica `index` of `count`'s share of each batch,
+  // their steps in order (ClosureContext::steps_in_order). Default: not synchronous, 0 of 1. Set
+  // before serving.
   void SetReplica(int index, int count) {
     replica_index_ = index;
     num_replicas_ = count;
+    synchronous_ = true;
   }
 
   // Counts closures into `registry` (not owned; it must outlive the handlers). Set before serving.
@@ -86,6 +88,7 @@ class WorkerServiceHandlers {
   const int num_workers_;
   int replica_index_ = 0;
   int num_replicas_ = 1;
+  bool synchronous_ = false;
   PendingIdentity identity_;
   absl::Mutex mu_;
   // Below: guarded by mu_.

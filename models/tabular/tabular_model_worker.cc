@@ -186,9 +186,11 @@ absl::StatusOr<TabularResource*> ResourceOf(ClosureContext& ctx, const char* clo
 }
 
 // Pushes the gradients of the rows and the weights in one update request per ps.
-// With `cache`, the weights' rows come back into it (ps/dense_cache.h).
+// With `turn`'s cache, the weights' rows come back into it (ps/dense_cache.h), and the turn goes
+// back as soon as they are there.
 absl::Status Push(TabularResource& res, const Pulled& p, const NetGrads& grads, int64_t step,
-                  DenseCache* cache) {
+                  DenseTurn& turn) {
+  DenseCache* const cache = turn.cache();
   const NetShape& shape = res.shape();
   const int64_t d = shape.dim, K = shape.outputs;
   UpdateBatch update;
@@ -234,7 +236,7 @@ absl::Status Push(TabularResource& res, const Pulled& p, const NetGrads& grads, 
     RETURN_IF_ERROR(
         update.AddDense(*p.base_bias_v, UpdateOp::APPLY_GRADIENT, bytes(grads.base_bias), cache));
   }
-  return update.Run();
+  return update.Run([&turn] { turn.Release(); });
 }
 
 // Args: the step. Returns {mean loss, examples, the baseline's mean loss}.
@@ -251,14 +253,13 @@ absl::StatusOr<std::vector<Tensor>> TrainStep(ClosureContext& ctx, absl::Span<co
   // The table rows at once; the weights, the net and the push in this worker's turn
   // (worker/dense_turns.h), so the weights hold its earlier steps' updates.
   RETURN_IF_ERROR(res->lookup().PullTables(ctx.ps, batch, global_step, LookupMode::kTrain, &p));
-  DenseTurn turn = res->turns().Take(global_step);
+  DenseTurn turn = res->turns().Take(global_step, ctx.steps_in_order);
   RETURN_IF_ERROR(res->lookup().PullWeights(ctx.ps, batch, global_step, &p, turn.cache()));
   TabularNet net(res->device(), res->spec(), res->layout(), res->shape());
   NetOutput out;
   NetGrads grads;
   RETURN_IF_ERROR(net.Run(p.batch, p.params, &out, &grads));
-  RETURN_IF_ERROR(Push(*res, p, grads, global_step, turn.cache()));
-  turn.Release();
+  RETURN_IF_ERROR(Push(*res, p, grads, global_step, turn));
   return std::vector<Tensor>{Tensor::Scalar<float>(static_cast<float>(out.loss)),
                              Tensor::Scalar<int64_t>(batch.n),
                              Tensor::Scalar<float>(static_cast<float>(out.base_loss))};
