@@ -8,6 +8,8 @@
 //                   IJCAI 2016; the ps knows each gradient's staleness: ps/staleness.h)
 //   async_inverse_sqrt   ... divided by the square root of its staleness
 //   hybrid          dense part synchronous (all-reduce), tables asynchronous on shared ps tasks
+//   torch           the click log's model trained by PyTorch, synchronously, in one process
+//                   (bench/torch_tabular_peer.py; Debian's python3-torch), the peer
 //
 // on (a) a synthetic Criteo-shaped click log whose true click probabilities are known
 // (bench/click_log.h: its best possible test AUC is printed beside), through the tabular model
@@ -35,6 +37,7 @@
 #include "absl/strings/match.h"
 #include "bench/bench_loops.h"
 #include "bench/click_log.h"
+#include "common/json_parse.h"
 #include "common/status_macros.h"
 #include "coordinator/in_process_cluster.h"
 #include "models/registry.h"
@@ -52,6 +55,8 @@ ABSL_FLAG(int64_t, rows, 1000000, "Click log: training rows (and a fifth as many
 ABSL_FLAG(std::string, dir, "/tmp/pstrain_click_log", "Click log: where its files go.");
 ABSL_FLAG(std::string, flights, "data/flights/flights.csv", "Flights: the CSV.");
 ABSL_FLAG(int, epochs, 1, "Epochs of every run.");
+ABSL_FLAG(std::string, python, "/usr/bin/python3",
+          "The python with torch (Debian's python3-torch) for the torch variant.");
 
 namespace pstrain {
 namespace {
@@ -112,8 +117,44 @@ struct Run {
   Staleness staleness;
 };
 
+// The same model trained synchronously by PyTorch (bench/torch_tabular_peer.py: the tabular model
+// on the click log, in one process, one thread), or an error saying why it did not run.
+absl::StatusOr<Run> TrainTorch(const ModelOptions& mo) {
+  const std::string command = absl::StrCat(
+      absl::GetFlag(FLAGS_python), " bench/torch_tabular_peer.py --spec ",
+      mo.extra.at("feature_spec"), " --train ", mo.data, " --seed ", mo.seed, " --epochs ",
+      mo.epochs > 0 ? mo.epochs : 1, " --threads 1 2>&1");
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return absl::UnavailableError("could not start python");
+  Run run;
+  bool got = false;
+  std::string last;
+  char line[8192];
+  while (fgets(line, sizeof(line), pipe) != nullptr) {
+    last = line;
+    absl::StatusOr<nlohmann::json> j = ParseJson(line);
+    if (!j.ok() || !j->is_object() || j->value("name", "") != "torch_peer") continue;
+    run.auc = j->value("test_auc", 0.0);
+    run.logloss = j->value("test_logloss", 0.0);
+    run.examples_per_s = j->value("examples_per_s", 0.0);
+    run.seconds = j->value("train_seconds", 0.0);
+    got = true;
+  }
+  const int rc = pclose(pipe);
+  if (!got) {
+    return absl::UnavailableError(absl::StrCat("the torch peer exited with ", rc, ": ", last));
+  }
+  return run;
+}
+
 absl::StatusOr<Run> TrainOnce(const std::string& model, const ModelOptions& mo,
                               const std::string& variant, int workers) {
+  if (variant == "torch") {
+    if (model != "tabular") {
+      return absl::InvalidArgumentError("the torch peer trains the tabular model (the click log)");
+    }
+    return TrainTorch(mo);
+  }
   TrainerOptions to;
   std::ostringstream progress;
   to.progress.out = &progress;
@@ -163,8 +204,14 @@ absl::StatusOr<Run> TrainOnce(const std::string& model, const ModelOptions& mo,
   if (variant == "async_inverse_sqrt") {
     to.staleness_scaling = OptimizerDef::STALENESS_INVERSE_SQRT;
   }
+  CoordinatorOptions coordinator;
+  // Experiments: async_inflight<N> keeps up to N closures in flight per worker (default 16).
+  if (absl::StartsWith(variant, "async_inflight") &&
+      !absl::SimpleAtoi(variant.substr(14), &coordinator.max_inflight_per_worker)) {
+    return absl::InvalidArgumentError(absl::StrCat("variant ", variant));
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<Model> m, CreateModel(model, mo_run));
-  ASSIGN_OR_RETURN(TrainResult r, Train(cluster->spec(), m.get(), to));
+  ASSIGN_OR_RETURN(TrainResult r, Train(cluster->spec(), m.get(), to, coordinator));
   run.auc = r.metrics.values["test_auc"];
   run.logloss = r.metrics.values["test_logloss"];
   run.examples_per_s = r.examples_per_sec;

@@ -6,7 +6,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "common/id_index.h"
 #include "common/status_macros.h"
 #include "ps/dense_cache.h"
@@ -475,59 +474,31 @@ absl::Status UpdateBatch::Run(const std::function<void()>& rows_back) {
     for (auto& [client, p] : per_ps_) p.request.set_step(step_);
     for (auto& [client, p] : returning_) p.request.set_step(step_);
   }
-  // Asynchronous ps tasks first, all at once (the requests bringing rows back among them); a
-  // synchronous replica's update (a collective) once they all landed.
-  std::vector<PerPs*> asynchronous, synchronous;
-  for (auto& [client, p] : returning_) asynchronous.push_back(&p);
-  const size_t returning = asynchronous.size();
+  std::vector<PerPs*> returning, asynchronous, synchronous;
+  for (auto& [client, p] : returning_) returning.push_back(&p);
   for (auto& [client, p] : per_ps_) {
     (client->synchronous() ? synchronous : asynchronous).push_back(&p);
   }
-  std::vector<absl::Status> statuses(asynchronous.size());
-  absl::Mutex mu;
-  size_t landed = 0, returned = 0;  // guarded by mu
-  for (size_t i = 0; i < asynchronous.size(); ++i) {
-    PerPs& p = *asynchronous[i];
-    p.client->UpdateWithValuesAsync(&p.request, &p.values, &p.response,
-                                    [&, i, returning](absl::Status s) {
-                                      absl::MutexLock lock(&mu);
-                                      statuses[i] = std::move(s);
-                                      ++landed;
-                                      if (i < returning) ++returned;
-                                    });
-  }
-  auto first_error = [&](size_t begin, size_t end) {
-    for (size_t i = begin; i < end; ++i) {
-      if (!statuses[i].ok()) return statuses[i];
-    }
-    return absl::OkStatus();
+  auto send_all = [](const std::vector<PerPs*>& requests) {
+    return CallAll(static_cast<int>(requests.size()), [&](int i, PsClient::Done done) {
+      PerPs& p = *requests[i];
+      p.client->UpdateWithValuesAsync(&p.request, &p.values, &p.response, std::move(done));
+    });
   };
-  absl::Status status;
-  if (synchronous.empty() && returning > 0) {
-    // The rows are back before the rest has landed: fill the caches and tell the caller now.
-    {
-      absl::MutexLock lock(&mu);
-      auto back = [&returned, returning]() { return returned == returning; };
-      mu.Await(absl::Condition(&back));
-    }
-    status = first_error(0, returning);
+  // The requests bringing rows back first, alone: they are what the caller waits for to give its
+  // turn back, and the others (a step's table rows) would only hold up their sending.
+  absl::Status status = send_all(returning);
+  const bool early = !returning.empty() && synchronous.empty();
+  if (early) {
     FillCaches(status);
     if (rows_back) rows_back();
   }
-  {
-    absl::MutexLock lock(&mu);
-    const size_t all = asynchronous.size();
-    auto done = [&landed, all]() { return landed == all; };
-    mu.Await(absl::Condition(&done));
-  }
-  const bool filled = synchronous.empty() && returning > 0;
-  if (status.ok()) status = first_error(0, statuses.size());
+  // Asynchronous ps tasks next; a synchronous replica's update (a collective) once they landed.
+  absl::Status rest = send_all(asynchronous);
+  if (status.ok()) status = rest;
   if (!synchronous.empty()) {
     if (status.ok()) {
-      status = CallAll(static_cast<int>(synchronous.size()), [&](int i, PsClient::Done done) {
-        PerPs& p = *synchronous[i];
-        p.client->UpdateWithValuesAsync(&p.request, &p.values, &p.response, std::move(done));
-      });
+      status = send_all(synchronous);
     } else {
       // This worker's step failed: its replica's collective must not run (the other workers'
       // collectives fail on this worker's abort, or match its error).
@@ -535,7 +506,7 @@ absl::Status UpdateBatch::Run(const std::function<void()>& rows_back) {
                                                         " (the synchronous update was not sent)"));
     }
   }
-  if (!filled) {
+  if (!early) {
     FillCaches(status);
     if (rows_back) rows_back();
   }

@@ -140,11 +140,11 @@ class UpdateBatch {
   // op carries the version of the cache's rows the values were computed on.
   absl::Status AddDense(const ShardedVariable& v, UpdateOp::Kind kind, absl::string_view values,
                         DenseCache* cache = nullptr);
-  // Sends and waits. Errors: the first ps error. `rows_back` (may be empty) runs once the rows
-  // that come back are in their caches (or dropped, if their push failed), while the other
-  // requests may still be on their way: a worker gives its turn back there
-  // (worker/dense_turns.h). The requests that bring rows back are applied whole before the ps
-  // replies; the others may be answered early, and travel apart from them.
+  // Sends and waits. Errors: the first ps error. The requests that bring rows back go first, on
+  // their own (a ps applies them whole before it replies); `rows_back` (may be empty) runs once
+  // their rows are in the caches (or dropped, if their push failed), before the other requests
+  // are sent: a worker gives its turn back there (worker/dense_turns.h). With a synchronous
+  // replica the rows come back from it, after everything else.
   absl::Status Run(const std::function<void()>& rows_back = nullptr);
 
  private:
