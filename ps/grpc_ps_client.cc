@@ -39,6 +39,12 @@ class GrpcPsClient final : public PsClient {
   int64_t read_piece_bytes() const override {
     return options_.data_plane && !CurrentTransportSecurity()->tls() ? int64_t{1} << 20 : 0;
   }
+  // Over the data plane (once it is found): the pushes that bring rows back share its priority
+  // connection, which the ps serves in order.
+  bool ordered() const override {
+    absl::MutexLock lock(&data_mu_);
+    return data_ != nullptr;
+  }
 
   void CreateShardsAsync(const CreateShardsRequest* request, CreateShardsResponse* response,
                          Done done) override {
@@ -161,7 +167,7 @@ class GrpcPsClient final : public PsClient {
 
  private:
   // UpdateRequest's wire format: each op as its own fields, then (*values)[i] as field 5; then the
-  // request's step (field 2) and return_rows (field 3).
+  // request's step (field 2), return_rows (field 3) and return_slots (field 4).
   static absl::StatusOr<grpc::ByteBuffer> ZeroCopyUpdate(
       const UpdateRequest& request, const std::vector<absl::string_view>& values,
       std::function<void()> released) {
@@ -182,6 +188,7 @@ class GrpcPsClient final : public PsClient {
     const uint64_t step = static_cast<uint64_t>(request.step());
     if (step != 0) total += 1 + CodedOutputStream::VarintSize64(step);
     if (request.return_rows()) total += 2;
+    if (request.return_slots()) total += 2;
     return ZeroCopyWrite(
         total,
         [&](CodedOutputStream* out) {
@@ -200,6 +207,10 @@ class GrpcPsClient final : public PsClient {
           }
           if (request.return_rows()) {
             out->WriteTag(WireFormatLite::MakeTag(3, WireFormatLite::WIRETYPE_VARINT));
+            out->WriteVarint64(1);
+          }
+          if (request.return_slots()) {
+            out->WriteTag(WireFormatLite::MakeTag(4, WireFormatLite::WIRETYPE_VARINT));
             out->WriteVarint64(1);
           }
         },
@@ -366,7 +377,7 @@ class GrpcPsClient final : public PsClient {
         }
         close();
       }
-      if (request.step() != 0 || request.return_rows()) {
+      if (request.step() != 0 || request.return_rows() || request.return_slots()) {
         open();
         if (request.step() != 0) {
           tag(2, kVarint);
@@ -374,6 +385,10 @@ class GrpcPsClient final : public PsClient {
         }
         if (request.return_rows()) {
           tag(3, kVarint);
+          varint(1);
+        }
+        if (request.return_slots()) {
+          tag(4, kVarint);
           varint(1);
         }
         close();
@@ -445,7 +460,7 @@ class GrpcPsClient final : public PsClient {
   const std::string name_;
   const std::string address_;
   const GrpcPsClientOptions options_;
-  absl::Mutex data_mu_;
+  mutable absl::Mutex data_mu_;
   std::shared_ptr<RawTcpChannel> data_ ABSL_GUARDED_BY(data_mu_);
   absl::Time data_probed_ ABSL_GUARDED_BY(data_mu_) = absl::InfinitePast();
   std::shared_ptr<grpc::Channel> channel_;

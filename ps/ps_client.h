@@ -53,6 +53,12 @@ class PsClient {
   // step's collective is through, every worker's asynchronous pushes of that step have landed.
   // Default false.
   virtual bool synchronous() const { return false; }
+  // Whether updates with return_rows made one after another (each UpdateWithValuesAsync returned
+  // before the next was made) are applied by the ps in that order: a worker may then give its
+  // turn at the dense part back as soon as its push is sent (ps/dense_cache.h). The data plane's
+  // are (they travel on one connection, which the ps serves in order); gRPC's calls are not.
+  // Default false.
+  virtual bool ordered() const { return false; }
 
   virtual void CreateShardsAsync(const CreateShardsRequest* request,
                                  CreateShardsResponse* response, Done done) = 0;

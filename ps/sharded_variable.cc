@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/blocking_counter.h"
 #include "common/id_index.h"
 #include "common/status_macros.h"
 #include "ps/dense_cache.h"
@@ -45,7 +46,8 @@ absl::StatusOr<ShardedVariable> ShardedVariable::Create(std::string name,
                                                         std::vector<int64_t> shape,
                                                         DataType dtype,
                                                         std::vector<ShardLocation> shards,
-                                                        std::vector<PsClient*> ps) {
+                                                        std::vector<PsClient*> ps,
+                                                        const OptimizerDef* optimizer) {
   auto invalid = [&](absl::string_view why) {
     return absl::InvalidArgumentError(absl::StrCat("variable \"", name, "\": ", why));
   };
@@ -77,6 +79,7 @@ absl::StatusOr<ShardedVariable> ShardedVariable::Create(std::string name,
   v.row_bytes_ = v.width_ * DTypeBytes(dtype);
   v.shards_ = std::move(shards);
   v.ps_ = std::move(ps);
+  if (optimizer != nullptr) v.optimizer_ = *optimizer;
   return v;
 }
 
@@ -443,14 +446,28 @@ absl::Status UpdateBatch::AddDense(const ShardedVariable& v, UpdateOp::Kind kind
                                                    " bytes of values for ", v.num_rows(),
                                                    " rows of ", v.row_bytes(), " bytes"));
   }
-  if (cache != nullptr) returned_.push_back(Returned{cache, v, {}});
+  if (kind != UpdateOp::APPLY_GRADIENT) cache = nullptr;
+  // A synchronous replica applies what the collectives make of the gradient, not the gradient:
+  // its rows are waited for. Asynchronous ps tasks that take the pushes in order may be ahead of.
+  bool synchronous = false, ordered = true;
+  for (const ShardLocation& s : v.shards()) {
+    synchronous = synchronous || v.ps(s.ps_task)->synchronous();
+    ordered = ordered && v.ps(s.ps_task)->ordered();
+  }
+  DenseCache::Ticket ticket;
+  if (cache != nullptr) {
+    ticket = cache->Push(v, values, step_, /*ahead=*/ordered && !synchronous);
+    returned_.push_back(Returned{cache, v, ticket.seq, ticket.applied, synchronous, {}});
+  }
   for (size_t i = 0; i < v.shards().size(); ++i) {
     const ShardLocation& s = v.shards()[i];
     PsClient* client = v.ps(s.ps_task);
-    // A push that brings rows back is applied whole before the ps replies: in a request of its
-    // own, so that the other ops (a step's table rows, say) are still answered early. A
-    // synchronous replica takes one request per step (one all-reduce).
-    PerPs& p = cache != nullptr && !client->synchronous() ? ForReturning(client) : For(client);
+    // A push that brings rows back is applied whole before the ps replies. One whose rows are
+    // waited for travels in a request of its own, so that the other ops (a step's table rows,
+    // say) don't hold up its reply; one applied to the cache ahead isn't waited for, and goes
+    // with them. A synchronous replica takes one request per step (one all-reduce).
+    const bool apart = cache != nullptr && !ticket.applied && !client->synchronous();
+    PerPs& p = apart ? ForReturning(client) : For(client);
     // Sent from the caller's memory, not copied into the request.
     p.values.push_back(values.substr(s.row_offset * v.row_bytes(), s.num_rows * v.row_bytes()));
     UpdateOp* op = p.request.add_ops();
@@ -460,9 +477,9 @@ absl::Status UpdateBatch::AddDense(const ShardedVariable& v, UpdateOp::Kind kind
     op->mutable_range()->set_row_end(s.row_offset + s.num_rows);
     op->set_dtype(v.dtype());
     if (cache != nullptr) {
-      // The gradient was computed on the cache's rows if it holds them: their version says so.
-      op->set_read_version(cache->Version(v, static_cast<int>(i)));
+      op->set_read_version(ticket.read_versions[i]);
       p.request.set_return_rows(true);
+      if (!client->synchronous()) p.request.set_return_slots(true);
       returned_.back().ops.push_back({&p, p.request.ops_size() - 1});
     }
   }
@@ -479,60 +496,89 @@ absl::Status UpdateBatch::Run(const std::function<void()>& rows_back) {
   for (auto& [client, p] : per_ps_) {
     (client->synchronous() ? synchronous : asynchronous).push_back(&p);
   }
-  auto send_all = [](const std::vector<PerPs*>& requests) {
-    return CallAll(static_cast<int>(requests.size()), [&](int i, PsClient::Done done) {
-      PerPs& p = *requests[i];
-      p.client->UpdateWithValuesAsync(&p.request, &p.values, &p.response, std::move(done));
-    });
+  bool released = false;
+  auto release = [&] {
+    if (!released && rows_back) rows_back();
+    released = true;
   };
-  // The requests bringing rows back first, alone: they are what the caller waits for to give its
-  // turn back, and the others (a step's table rows) would only hold up their sending.
-  absl::Status status = send_all(returning);
-  const bool early = !returning.empty() && synchronous.empty();
-  if (early) {
-    FillCaches(status);
-    if (rows_back) rows_back();
+  // Starts every request of `requests` and waits for them; `sent` (if given) runs once all are
+  // on their way. Returns the first error.
+  auto send_all = [](const std::vector<PerPs*>& requests, const std::function<void()>& sent) {
+    std::vector<absl::Status> statuses(requests.size());
+    absl::BlockingCounter replies(static_cast<int>(requests.size()));
+    for (size_t i = 0; i < requests.size(); ++i) {
+      PerPs& p = *requests[i];
+      p.client->UpdateWithValuesAsync(&p.request, &p.values, &p.response,
+                                      [&statuses, &replies, i](absl::Status s) {
+                                        statuses[i] = std::move(s);
+                                        replies.DecrementCount();
+                                      });
+    }
+    if (sent) sent();
+    replies.Wait();
+    for (absl::Status& s : statuses) {
+      if (!s.ok()) return std::move(s);
+    }
+    return absl::OkStatus();
+  };
+  auto fill = [&](bool applied, const absl::Status& status) {
+    for (const Returned& r : returned_) {
+      if (r.applied == applied && !r.cache_client_synchronous) FillCache(r, status);
+    }
+  };
+  // 1. The pushes whose rows the caller waits for, alone: their replies give the turn back,
+  // unless pushes applied ahead are still to be sent (they must leave first).
+  const bool ahead = std::any_of(returned_.begin(), returned_.end(),
+                                 [](const Returned& r) { return r.applied; });
+  absl::Status status = send_all(returning, nullptr);
+  if (!returning.empty()) {
+    fill(/*applied=*/false, status);
+    if (!ahead) release();
   }
-  // Asynchronous ps tasks next; a synchronous replica's update (a collective) once they landed.
-  absl::Status rest = send_all(asynchronous);
+  // 2. The asynchronous ps tasks' requests, with the pushes already applied to their caches:
+  // those reach the ps tasks in the order they are sent, so the turn goes back once they are.
+  absl::Status rest = send_all(asynchronous, ahead ? std::function<void()>(release) : nullptr);
+  fill(/*applied=*/true, rest);
   if (status.ok()) status = rest;
+  // 3. A synchronous replica's update (a collective) once the others landed.
   if (!synchronous.empty()) {
     if (status.ok()) {
-      status = send_all(synchronous);
+      status = send_all(synchronous, nullptr);
     } else {
       // This worker's step failed: its replica's collective must not run (the other workers'
       // collectives fail on this worker's abort, or match its error).
       status = absl::Status(status.code(), absl::StrCat(status.message(),
                                                         " (the synchronous update was not sent)"));
     }
+    for (const Returned& r : returned_) {
+      if (r.cache_client_synchronous) FillCache(r, status);
+    }
   }
-  if (!early) {
-    FillCaches(status);
-    if (rows_back) rows_back();
-  }
+  release();
   returned_.clear();
   per_ps_.clear();
   returning_.clear();
   return status;
 }
 
-// What came back for the caches: a variable's copy only if its push landed and every shard of it
-// returned its rows.
-void UpdateBatch::FillCaches(const absl::Status& status) {
-  for (const Returned& r : returned_) {
-    if (!status.ok()) {
-      r.cache->Drop(r.variable);
-      continue;
-    }
-    r.cache->Begin(r.variable);
-    for (size_t i = 0; i < r.ops.size(); ++i) {
-      const UpdateResponse& response = r.ops[i].request->response;
-      const int op = r.ops[i].op;
-      if (op >= response.values_size() || op >= response.versions_size()) continue;
-      r.cache->Put(r.variable, static_cast<int>(i), response.values(op), response.versions(op));
-    }
-    r.cache->Commit(r.variable);
+// What came back for a cache: the variable's copy, if its push landed and every shard of it
+// returned its rows; else it is dropped.
+void UpdateBatch::FillCache(const Returned& r, const absl::Status& status) {
+  if (!status.ok()) {
+    r.cache->Drop(r.variable);
+    return;
   }
+  std::vector<DenseCache::ShardReply> replies(r.ops.size());
+  for (size_t i = 0; i < r.ops.size(); ++i) {
+    const UpdateResponse& response = r.ops[i].request->response;
+    const int op = r.ops[i].op;
+    if (op >= response.values_size() || op >= response.versions_size()) continue;
+    replies[i].ok = true;
+    replies[i].rows = response.values(op);
+    replies[i].version = response.versions(op);
+    if (op < response.slots_size()) replies[i].slots = response.slots(op);
+  }
+  r.cache->Returned(r.variable, r.seq, replies);
 }
 
 }  // namespace pstrain

@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,9 +37,11 @@ class ShardedVariable {
   // `shards` must tile rows [0, shape[0]) in order (scalars: one shard of one row); `ps` is indexed
   // by ps task (not owned; must outlive the handle).
   // Errors: kInvalidArgument naming the variable and the gap, overlap or unknown ps task.
+  // `optimizer` (may be null): the shards' optimizer, as the ps tasks filled it in (ListShards).
   static absl::StatusOr<ShardedVariable> Create(std::string name, std::vector<int64_t> shape,
                                                 DataType dtype, std::vector<ShardLocation> shards,
-                                                std::vector<PsClient*> ps);
+                                                std::vector<PsClient*> ps,
+                                                const OptimizerDef* optimizer = nullptr);
 
   const std::string& name() const { return name_; }
   const std::vector<int64_t>& shape() const { return shape_; }
@@ -48,6 +51,8 @@ class ShardedVariable {
   int64_t row_bytes() const { return row_bytes_; }
   const std::vector<ShardLocation>& shards() const { return shards_; }
   PsClient* ps(int task) const { return ps_[task]; }
+  // The shards' optimizer, when known (the handle was found on the ps tasks); else null.
+  const OptimizerDef* optimizer() const { return optimizer_ ? &*optimizer_ : nullptr; }
 
   // The shard holding global row `id` (which must be in [0, num_rows())).
   int ShardOf(int64_t id) const;
@@ -78,6 +83,7 @@ class ShardedVariable {
   std::vector<ShardLocation> shards_;
   std::vector<int64_t> shard_ends_;  // shard_ends_[i] = row_offset + num_rows of shard i
   std::vector<PsClient*> ps_;
+  std::optional<OptimizerDef> optimizer_;
 };
 
 // Lookups on any number of variables and dynamic tables, sent as ONE request per ps task, all in
@@ -135,16 +141,19 @@ class UpdateBatch {
   void set_step(int64_t step) { step_ = step; }
   // Dense: `values` covers the whole variable in row order. It is sent from where it is, not
   // copied: it must stay alive and unchanged until Run returns. With `cache` (not owned; must
-  // outlive Run), the ps tasks reply with the variable's rows as the update left them, which
-  // Run puts into the cache (ps/dense_cache.h: the push is also the next read), and each shard's
-  // op carries the version of the cache's rows the values were computed on.
+  // outlive Run; APPLY_GRADIENT only), the gradient is pushed as ps/dense_cache.h says: the ps
+  // tasks reply with the variable's rows (and slots) as the update left them, which Run puts into
+  // the cache, each shard's op says which version it was computed on, and, where the ps tasks
+  // take the pushes in order, the cache applies the gradient at once. Call set_step before.
   absl::Status AddDense(const ShardedVariable& v, UpdateOp::Kind kind, absl::string_view values,
                         DenseCache* cache = nullptr);
-  // Sends and waits. Errors: the first ps error. The requests that bring rows back go first, on
-  // their own (a ps applies them whole before it replies); `rows_back` (may be empty) runs once
-  // their rows are in the caches (or dropped, if their push failed), before the other requests
-  // are sent: a worker gives its turn back there (worker/dense_turns.h). With a synchronous
-  // replica the rows come back from it, after everything else.
+  // Sends and waits. Errors: the first ps error. `rows_back` (may be empty) runs once, as soon as
+  // the caches can be read for the next step: the pushes whose rows are waited for go first, in
+  // requests of their own (a ps applies a request that returns rows whole before it replies), and
+  // it runs once their rows are in the caches (or dropped, if their push failed); pushes applied
+  // to their caches ahead go with the other requests, and it runs once those are sent. A worker
+  // gives its turn back there (worker/dense_turns.h). With a synchronous replica the rows come
+  // back from it, after everything else.
   absl::Status Run(const std::function<void()>& rows_back = nullptr);
 
  private:
@@ -154,10 +163,14 @@ class UpdateBatch {
     std::vector<absl::string_view> values;  // per op: its values if not in `request` (dense)
     UpdateResponse response;
   };
-  // A variable whose rows come back into a cache: where its shards' ops are, in shard order.
+  // A variable whose rows come back into a cache: its push's number, whether the cache applied
+  // it ahead, and where its shards' ops are, in shard order.
   struct Returned {
     DenseCache* cache;
     ShardedVariable variable;
+    uint64_t seq;
+    bool applied;
+    bool cache_client_synchronous;  // its rows come back from a synchronous replica
     struct Op {
       PerPs* request;  // a node of per_ps_ or returning_ (stable until Run clears them)
       int op;          // index in its request
@@ -168,8 +181,8 @@ class UpdateBatch {
   PerPs& For(PsClient* client);
   // The request per ps of the ops whose rows come back (return_rows), apart from the others.
   PerPs& ForReturning(PsClient* client);
-  // Puts what came back into the caches (drops them after a failure: `status`).
-  void FillCaches(const absl::Status& status);
+  // Puts what came back for `r` into its cache (drops the copy after a failure: `status`).
+  void FillCache(const Returned& r, const absl::Status& status);
   template <typename ShardOf, typename NameOf, typename PsOf>
   void AddRouted(UpdateOp::Kind kind, absl::Span<const int64_t> ids, const char* values,
                  int64_t row_bytes, int64_t width, bool sum_repeats, DataType dtype,

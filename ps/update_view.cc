@@ -108,10 +108,11 @@ absl::Status ParseOp(const std::vector<absl::string_view>& pieces, UpdateOpView*
 
 absl::Status ParseUpdateRequest(const std::vector<absl::string_view>& message,
                                 std::vector<UpdateOpView>* ops, int64_t* step,
-                                bool* return_rows) {
+                                bool* return_rows, bool* return_slots) {
   ops->clear();
   if (step != nullptr) *step = 0;
   if (return_rows != nullptr) *return_rows = false;
+  if (return_slots != nullptr) *return_slots = false;
   WireReader reader(&message, "UpdateRequest");
   std::vector<absl::string_view> op_pieces;
   while (!reader.Done()) {
@@ -123,10 +124,11 @@ absl::Status ParseUpdateRequest(const std::vector<absl::string_view>& message,
       if (step != nullptr) *step = static_cast<int64_t>(v);
       continue;
     }
-    if (field == 3 && type == kVarint) {  // return_rows
+    if ((field == 3 || field == 4) && type == kVarint) {  // return_rows, return_slots
       uint64_t v = 0;
       RETURN_IF_ERROR(reader.ReadVarint(&v));
-      if (return_rows != nullptr) *return_rows = v != 0;
+      bool* flag = field == 3 ? return_rows : return_slots;
+      if (flag != nullptr) *flag = v != 0;
       continue;
     }
     if (field != 1 || type != kLengthDelimited) {

@@ -37,10 +37,11 @@ struct UpdateOpView {
 // Parses UpdateRequest's wire format from `message` (in pieces, which must outlive `ops`): one view
 // per op, in order. As protobuf's own parser: unknown fields are skipped, and of a field given
 // twice the last wins. Errors: kInvalidArgument naming what is malformed.
-// `step` and `return_rows` (may be null) get UpdateRequest.step and .return_rows.
+// `step`, `return_rows` and `return_slots` (may be null) get UpdateRequest's fields of those
+// names.
 absl::Status ParseUpdateRequest(const std::vector<absl::string_view>& message,
                                 std::vector<UpdateOpView>* ops, int64_t* step = nullptr,
-                                bool* return_rows = nullptr);
+                                bool* return_rows = nullptr, bool* return_slots = nullptr);
 
 // Views of a parsed request's ops (each bytes field one piece); `request` must outlive them.
 std::vector<UpdateOpView> ViewsOf(const UpdateRequest& request);

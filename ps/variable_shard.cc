@@ -295,6 +295,24 @@ void VariableShard::Read(int64_t begin, int64_t end, char* out, const RowsReady&
   }
 }
 
+void VariableShard::ReadSlots(int64_t begin, int64_t end, char* out) const {
+  const int64_t block = locks_->rows_per_block();
+  const int64_t slot_bytes = (end - begin) * row_bytes_;
+  RowLockBypass::Batch batch(&bypass_, /*writer=*/false);
+  RowLockBypass::Piece piece(&batch);
+  for (int64_t row = begin; row < end;) {
+    const int64_t stop = std::min(end, (row / block + 1) * block);  // to the end of row's block
+    piece.Run(locks_.get(), row, (stop - row) * row_bytes_ * num_slots(), [&] {
+      for (int k = 0; k < num_slots(); ++k) {
+        std::memcpy(out + k * slot_bytes + (row - begin) * row_bytes_,
+                    reinterpret_cast<const char*>(Slot(k)) + row * row_bytes_,
+                    (stop - row) * row_bytes_);
+      }
+    });
+    row = stop;
+  }
+}
+
 absl::Status VariableShard::ValidateUpdate(const UpdateOpView& op) const {
   const std::string who = absl::StrCat("shard \"", name(), "\": ", KindName(op.kind));
   if (op.kind != UpdateOp::ASSIGN && op.kind != UpdateOp::ASSIGN_ADD &&

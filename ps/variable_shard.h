@@ -72,6 +72,9 @@ class VariableShard {
   absl::Status ValidateRead(const RowRange& range, int64_t* begin, int64_t* end) const;
   // Copies rows [begin, end) into `out`; `ready` (may be empty) as Lookup's, counting from begin.
   void Read(int64_t begin, int64_t end, char* out, const RowsReady& ready = nullptr) const;
+  // Copies the same rows of every slot into `out`, slot after slot (num_slots() * (end - begin) *
+  // row_bytes() bytes), each block of rows under its lock as Read's.
+  void ReadSlots(int64_t begin, int64_t end, char* out) const;
 
   // Update: assign, assign-add, or apply a gradient with the shard's optimizer.
   // Errors: kInvalidArgument (values not a whole number of rows, count mismatch, ids out of range,

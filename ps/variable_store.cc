@@ -436,14 +436,15 @@ absl::Status VariableStore::Read(const ReadRequest& request, ReadResponse* respo
 
 absl::Status VariableStore::Update(const UpdateRequest& request, UpdateResponse* response) {
   if (!request.return_rows() || response == nullptr) {
-    return Update(ViewsOf(request), request.step(), nullptr, nullptr);
+    return Update(ViewsOf(request), request.step(), nullptr, nullptr, false);
   }
   std::string reply;
   const std::function<char*(size_t)> allocate = [&reply](size_t bytes) {
     reply.resize(bytes);
     return reply.data();
   };
-  RETURN_IF_ERROR(Update(ViewsOf(request), request.step(), nullptr, &allocate));
+  RETURN_IF_ERROR(
+      Update(ViewsOf(request), request.step(), nullptr, &allocate, request.return_slots()));
   if (!response->ParseFromString(reply)) {
     return absl::InternalError("update: the reply with the rows does not parse");
   }
@@ -455,15 +456,18 @@ absl::Status VariableStore::UpdateWire(const std::vector<absl::string_view>& mes
                                        const std::function<char*(size_t bytes)>& reply) {
   std::vector<UpdateOpView> ops;
   int64_t step = 0;
-  bool return_rows = false;
-  RETURN_IF_ERROR(ParseUpdateRequest(message, &ops, &step, &return_rows));
-  if (return_rows && reply) return Update(ops, step, nullptr, &reply);
-  return Update(ops, step, answer, nullptr);
+  bool return_rows = false, return_slots = false;
+  RETURN_IF_ERROR(ParseUpdateRequest(message, &ops, &step, &return_rows, &return_slots));
+  if (return_rows && reply) return Update(ops, step, nullptr, &reply, return_slots);
+  return Update(ops, step, answer, nullptr, false);
 }
 
 absl::Status VariableStore::ReplyRows(const std::vector<UpdateOpView>& ops,
                                       const std::vector<Target>& targets,
-                                      const std::function<char*(size_t bytes)>& allocate) const {
+                                      const std::function<char*(size_t bytes)>& allocate,
+                                      bool with_slots) const {
+  using google::protobuf::internal::WireFormatLite;
+  using google::protobuf::io::CodedOutputStream;
   std::vector<uint64_t> lengths(ops.size(), 0);
   std::vector<int64_t> versions(ops.size(), 0);
   std::vector<std::pair<int64_t, int64_t>> ranges(ops.size(), {0, 0});
@@ -477,8 +481,26 @@ absl::Status VariableStore::ReplyRows(const std::vector<UpdateOpView>& ops,
     // as unseen, so the next gradient's staleness errs high, never low).
     versions[i] = shard->apply_count();
   }
+  // After the values (field 1): the versions (field 2), then each op's slots (field 3), which
+  // are copied here; the values go straight into the reply below.
+  std::string tail = PackedVersions(versions);
+  if (with_slots) {
+    constexpr uint8_t kSlotsTag =
+        WireFormatLite::MakeTag(3, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const VariableShard* shard = targets[i].fixed.get();
+      const uint64_t bytes = lengths[i] == 0 ? 0 : shard->num_slots() * lengths[i];
+      tail.push_back(static_cast<char>(kSlotsTag));
+      uint8_t len[10];
+      const uint8_t* len_end = CodedOutputStream::WriteVarint64ToArray(bytes, len);
+      tail.append(reinterpret_cast<const char*>(len), len_end - len);
+      const size_t at = tail.size();
+      tail.resize(at + bytes);
+      if (bytes > 0) shard->ReadSlots(ranges[i].first, ranges[i].second, tail.data() + at);
+    }
+  }
   ASSIGN_OR_RETURN(const ValuesLayout layout,
-                   LayOutValuesMessage(lengths, allocate, "update", PackedVersions(versions)));
+                   LayOutValuesMessage(lengths, allocate, "update", tail));
   for (size_t i = 0; i < ops.size(); ++i) {
     if (lengths[i] == 0) continue;
     targets[i].fixed->Read(ranges[i].first, ranges[i].second, layout.values[i]);
@@ -488,7 +510,8 @@ absl::Status VariableStore::ReplyRows(const std::vector<UpdateOpView>& ops,
 
 absl::Status VariableStore::Update(const std::vector<UpdateOpView>& ops, int64_t step,
                                    const std::function<bool()>& answer,
-                                   const std::function<char*(size_t bytes)>* reply_rows) {
+                                   const std::function<char*(size_t bytes)>* reply_rows,
+                                   bool with_slots) {
   int64_t ids = 0;
   for (const UpdateOpView& op : ops) ids += op.ids.size() / 8;
   RETURN_IF_ERROR(CheckIdCount(ids, "update"));
@@ -529,7 +552,9 @@ absl::Status VariableStore::Update(const std::vector<UpdateOpView>& ops, int64_t
       applied = targets[i].dynamic->Update(ops[i], targets[i].keys, ctx, pool);
     }
   }
-  if (applied.ok() && reply_rows != nullptr) return ReplyRows(ops, targets, *reply_rows);
+  if (applied.ok() && reply_rows != nullptr) {
+    return ReplyRows(ops, targets, *reply_rows, with_slots);
+  }
   return applied;  // `answered` (if any) ends here: requests waiting for the apply go on
 }
 

@@ -78,7 +78,7 @@ class VariableStore {
                               const std::function<char*(size_t bytes)>& allocate,
                               const std::function<void(size_t bytes)>& ready = nullptr) const;
   // With request.return_rows, `response` (may be null: no rows) gets every dense op's rows after
-  // the update and its shard's version (UpdateResponse).
+  // the update and its shard's version (UpdateResponse), with return_slots their slots too.
   absl::Status Update(const UpdateRequest& request, UpdateResponse* response = nullptr);
   // Update from UpdateRequest's wire format in pieces (gRPC's received slices), applied from where
   // it lies: no copy of the values into protobuf strings. Errors: as Update, plus kInvalidArgument
@@ -144,9 +144,11 @@ class VariableStore {
   // writes the dense ops' rows and versions into the reply it allocates (ReplyRows).
   absl::Status Update(const std::vector<UpdateOpView>& ops, int64_t step,
                       const std::function<bool()>& answer,
-                      const std::function<char*(size_t bytes)>* reply_rows);
+                      const std::function<char*(size_t bytes)>* reply_rows, bool with_slots);
+  // The reply with the rows (UpdateResponse): values, versions, and with_slots the slots.
   absl::Status ReplyRows(const std::vector<UpdateOpView>& ops, const std::vector<Target>& targets,
-                         const std::function<char*(size_t bytes)>& allocate) const;
+                         const std::function<char*(size_t bytes)>& allocate,
+                         bool with_slots) const;
   DynamicOpContext ContextLocked(int64_t step) const ABSL_SHARED_LOCKS_REQUIRED(update_gate_);
   // A validated read request: per op, its shard, local rows [begin, end) and reply bytes.
   struct ReadPlan {

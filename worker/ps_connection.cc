@@ -99,8 +99,9 @@ absl::Status PsConnection::RefreshLocked() {
                 return a.row_offset < b.row_offset;
               });
     std::vector<int64_t> shape(f.def.full_shape().begin(), f.def.full_shape().end());
-    absl::StatusOr<ShardedVariable> v =
-        ShardedVariable::Create(name, shape, f.def.dtype(), f.shards, ps);
+    absl::StatusOr<ShardedVariable> v = ShardedVariable::Create(
+        name, shape, f.def.dtype(), f.shards, ps,
+        f.def.has_optimizer() ? &f.def.optimizer() : nullptr);
     if (v.ok()) variables_.insert_or_assign(name, *std::move(v));  // incomplete: left out
   }
   for (auto& [name, t] : found_tables) {
