@@ -1,5 +1,6 @@
 #include "worker/mirrored_ps_client.h"
 
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <utility>
@@ -51,11 +52,39 @@ absl::StatusOr<std::string> FromWords(const int64_t* words, int64_t count, int r
 
 }  // namespace
 
-absl::Status MirrorGradients(CollectiveGroup* group, int64_t bucket_bytes, UpdateRequest* request) {
+namespace {
+
+// The check that rides in the dense all-reduce (MirrorGradients with gather_first false): a 64-bit
+// value as 16 nibbles x, each sent as x and x * x. After the mean, every rank sent the same value
+// exactly when each nibble's mean square equals its squared mean (their variance is 0; if two
+// ranks differ in a nibble it is at least (n - 1) / n^2, far above float rounding of values <=
+// 225, exact as sums up to 65,536 ranks).
+constexpr int kCheckFloats = 2 * 16;
+
+void PutCheck(uint64_t value, float* out) {
+  for (int i = 0; i < 16; ++i) {
+    const float x = static_cast<float>((value >> (4 * i)) & 0xf);
+    out[2 * i] = x;
+    out[2 * i + 1] = x * x;
+  }
+}
+
+bool CheckAgrees(const float* meaned, int ranks) {
+  const double least = 0.5 * (ranks - 1) / (static_cast<double>(ranks) * ranks);
+  for (int i = 0; i < 16; ++i) {
+    const double mean = meaned[2 * i], mean_square = meaned[2 * i + 1];
+    if (mean_square - mean * mean > least) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::Status MirrorGradients(CollectiveGroup* group, int64_t bucket_bytes, UpdateRequest* request,
+                             bool gather_first) {
   const int n = group->size();
-  // 1. What must match across workers for the dense all-reduce to line up (the dense ops' shards,
-  // ranges and sizes, and the step), and every worker's sparse ops, in one all-gather: per rank
-  // [signature, step, the sparse ops as words].
+  // What must match across workers for the dense all-reduce to line up: the dense ops' shards,
+  // ranges and sizes, whether sparse ops follow, and the step.
   uint64_t signature = 14695981039346656037ull;
   int64_t dense_floats = 0;
   for (const UpdateOp& op : request->ops()) {
@@ -73,43 +102,61 @@ absl::Status MirrorGradients(CollectiveGroup* group, int64_t bucket_bytes, Updat
     RETURN_IF_ERROR(CheckFloat(op));
     *sparse.add_ops() = op;
   }
-  std::vector<int64_t> mine = {static_cast<int64_t>(signature), request->step()};
-  const std::vector<int64_t> sparse_words = ToWords(sparse.SerializeAsString());
-  mine.insert(mine.end(), sparse_words.begin(), sparse_words.end());
-  std::vector<int64_t> words, counts;
-  RETURN_IF_ERROR(group->AllGather(absl::MakeConstSpan(mine), &words, &counts));
-  std::vector<int64_t> offsets(n, 0);
-  for (int r = 1; r < n; ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
-  for (int r = 0; r < n; ++r) {
-    if (counts[r] < 3) {
-      return absl::InternalError(absl::StrCat("mirrored update: ", group->names()[r],
-                                              "'s gradients arrived malformed"));
-    }
-    if (words[offsets[r]] != words[0]) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "mirrored update: ", group->names()[r], "'s dense gradients (variables, shapes) differ "
-          "from ", group->names()[0], "'s: every worker must update the same variables each step"));
-    }
-    if (words[offsets[r] + 1] != words[1]) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "mirrored update: ", group->names()[r], " sent step ", words[offsets[r] + 1],
-          "'s gradients while ", group->names()[0], " sent step ", words[1],
-          "'s: every worker must send its steps in step order"));
+  signature = Mix(signature, sparse.ops_size() > 0 ? "sparse" : "dense");
+  auto differ = [&](const std::string& who) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "mirrored update: ", who, "'s dense gradients (variables, shapes) or step differ from ",
+        group->names()[0], "'s: every worker must update the same variables each step, in step "
+        "order"));
+  };
+  // 1. With gather_first: every rank's [signature, step, sparse ops] in one all-gather, checked
+  // before the all-reduce (a first step: the ranks' layouts are not known to agree yet).
+  std::vector<int64_t> words, counts, offsets(n, 0);
+  const bool sparse_first = gather_first;
+  if (gather_first) {
+    std::vector<int64_t> mine = {static_cast<int64_t>(signature), request->step()};
+    const std::vector<int64_t> sparse_words = ToWords(sparse.SerializeAsString());
+    mine.insert(mine.end(), sparse_words.begin(), sparse_words.end());
+    RETURN_IF_ERROR(group->AllGather(absl::MakeConstSpan(mine), &words, &counts));
+    for (int r = 1; r < n; ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
+    for (int r = 0; r < n; ++r) {
+      if (counts[r] < 3) {
+        return absl::InternalError(absl::StrCat("mirrored update: ", group->names()[r],
+                                                "'s gradients arrived malformed"));
+      }
+      if (words[offsets[r]] != words[0]) return differ(group->names()[r]);
+      if (words[offsets[r] + 1] != words[1]) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "mirrored update: ", group->names()[r], " sent step ", words[offsets[r] + 1],
+            "'s gradients while ", group->names()[0], " sent step ", words[1],
+            "'s: every worker must send its steps in step order"));
+      }
     }
   }
-  // 2. Dense: packed, all-reduced (mean) a bucket at a time, unpacked.
-  if (dense_floats > 0) {
-    std::vector<float> packed(dense_floats);
+  // 2. Dense: packed, all-reduced (mean) a bucket at a time, unpacked; without gather_first the
+  // check of signature and step rides at the end of the last bucket.
+  const int64_t check = gather_first ? 0 : 2 * kCheckFloats;
+  if (dense_floats + check > 0) {
+    std::vector<float> packed(dense_floats + check);
     int64_t at = 0;
     for (const UpdateOp& op : request->ops()) {
       if (!IsDenseGradient(op)) continue;
       std::memcpy(packed.data() + at, op.values().data(), op.values().size());
       at += op.values().size() / sizeof(float);
     }
+    if (check > 0) {
+      PutCheck(signature, packed.data() + dense_floats);
+      PutCheck(static_cast<uint64_t>(request->step()), packed.data() + dense_floats + kCheckFloats);
+    }
+    const int64_t total = dense_floats + check;
     const int64_t bucket = std::max<int64_t>(1, bucket_bytes / static_cast<int64_t>(sizeof(float)));
-    for (int64_t begin = 0; begin < dense_floats; begin += bucket) {
-      RETURN_IF_ERROR(group->AllReduce(packed.data() + begin,
-                                       std::min(bucket, dense_floats - begin), ReduceOp::kMean));
+    for (int64_t begin = 0; begin < total; begin += bucket) {
+      RETURN_IF_ERROR(
+          group->AllReduce(packed.data() + begin, std::min(bucket, total - begin), ReduceOp::kMean));
+    }
+    if (check > 0 && (!CheckAgrees(packed.data() + dense_floats, n) ||
+                      !CheckAgrees(packed.data() + dense_floats + kCheckFloats, n))) {
+      return differ("a worker");
     }
     at = 0;
     for (UpdateOp& op : *request->mutable_ops()) {
@@ -118,11 +165,19 @@ absl::Status MirrorGradients(CollectiveGroup* group, int64_t bucket_bytes, Updat
       at += op.values().size() / sizeof(float);
     }
   }
-  // 3. Sparse: every worker's ops, merged per shard in rank order.
+  if (sparse.ops_size() == 0) return absl::OkStatus();  // so on every rank (the check agreed)
+  // 3. Sparse: every worker's ops (gathered now, if not first), merged per shard in rank order.
+  if (!sparse_first) {
+    RETURN_IF_ERROR(group->AllGather(absl::MakeConstSpan(ToWords(sparse.SerializeAsString())),
+                                     &words, &counts));
+    for (int r = 1; r < n; ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
+  }
+  const int64_t skip = sparse_first ? 2 : 0;  // [signature, step] before the sparse words
   std::vector<std::string> order;
   std::map<std::string, UpdateOp> merged;
   for (int r = 0; r < n; ++r) {
-    ASSIGN_OR_RETURN(std::string bytes, FromWords(words.data() + offsets[r] + 2, counts[r] - 2, r));
+    ASSIGN_OR_RETURN(std::string bytes,
+                     FromWords(words.data() + offsets[r] + skip, counts[r] - skip, r));
     UpdateRequest theirs;
     if (!theirs.ParseFromString(bytes)) {
       return absl::InternalError(
@@ -142,7 +197,6 @@ absl::Status MirrorGradients(CollectiveGroup* group, int64_t bucket_bytes, Updat
       it->second.mutable_values()->append(op.values());
     }
   }
-  if (sparse.ops_size() == 0 && merged.empty()) return absl::OkStatus();
   const float scale = 1.0f / static_cast<float>(n);
   UpdateRequest out;
   out.set_step(request->step());
@@ -221,7 +275,12 @@ class MirroredPsClient final : public PsClient {
     // The sparse ops move to the end when merged: where each op of the request stands after.
     std::vector<bool> moves(request->ops_size());
     for (int i = 0; i < request->ops_size(); ++i) moves[i] = IsSparseGradient(request->ops(i));
-    absl::Status status = MirrorGradients(options_.group.get(), options_.bucket_bytes, owned.get());
+    // The first update checks every rank's layout in an all-gather before its all-reduce; the
+    // later ones check it (and the step) inside the all-reduce: one collective a step.
+    const bool first = !checked_.exchange(true);
+    absl::Status status =
+        MirrorGradients(options_.group.get(), options_.bucket_bytes, owned.get(), first);
+    if (!status.ok()) checked_.store(false);
     if (!status.ok()) {
       // Not this worker's failure, nor a ps's, for the coordinator to retry around: the step
       // itself can't go on (its caller restarts the group from a checkpoint).
@@ -275,6 +334,7 @@ class MirroredPsClient final : public PsClient {
  private:
   const std::unique_ptr<PsClient> replica_;
   const MirrorOptions options_;
+  std::atomic<bool> checked_{false};  // an update's layout was checked by all-gather
 };
 
 }  // namespace

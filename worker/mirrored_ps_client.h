@@ -5,7 +5,8 @@
 //
 // Per update (every worker makes the same sequence of updates, in step order: a worker's steps
 // overlap, but take their turns at the dense part one at a time: worker/dense_turns.h):
-//   dense APPLY_GRADIENT ops   packed into buckets of `bucket_bytes`, each all-reduced (mean)
+//   dense APPLY_GRADIENT ops   packed into buckets of `bucket_bytes`, each all-reduced (mean),
+//                              with a check that every worker sent the same layout and step
 //   sparse APPLY_GRADIENT ops  every worker's ids and rows all-gathered, concatenated per shard in
 //                              rank order and scaled by 1/workers (the ps sums repeated ids first,
 //                              so this is the mean of the workers' gradients)
@@ -53,8 +54,13 @@ std::unique_ptr<PsClient> NewMirroredPsClient(std::unique_ptr<PsClient> replica,
                                               MirrorOptions options);
 
 // The all-reduce of one update's gradients, in place (what the client runs before sending);
-// exposed for tests. Errors: as above.
-absl::Status MirrorGradients(CollectiveGroup* group, int64_t bucket_bytes, UpdateRequest* request);
+// exposed for tests. `gather_first`: check that every rank sends the same dense layout and step
+// by an all-gather before the all-reduce (the client's first update: the ranks' layouts are not
+// known to agree yet); else the check rides in the all-reduce (after it, before anything is
+// applied), and an all-gather follows only for sparse gradients: one collective a step. Errors:
+// as above.
+absl::Status MirrorGradients(CollectiveGroup* group, int64_t bucket_bytes, UpdateRequest* request,
+                             bool gather_first = true);
 
 }  // namespace pstrain
 

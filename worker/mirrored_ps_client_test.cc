@@ -75,8 +75,12 @@ void OnEveryRank(int size, const std::function<void(int, CollectiveGroup*)>& fn)
   for (auto& t : threads) t.join();
 }
 
-TEST(MirrorGradientsTest, DenseMeanedSparseGatheredOthersKept) {
-  OnEveryRank(2, [](int rank, CollectiveGroup* group) {
+class MirrorGradientsTest : public ::testing::TestWithParam<bool> {};
+
+// The same whether the layouts are checked by an all-gather first or inside the all-reduce.
+TEST_P(MirrorGradientsTest, DenseMeanedSparseGatheredOthersKept) {
+  const bool gather_first = GetParam();
+  OnEveryRank(2, [gather_first](int rank, CollectiveGroup* group) {
     UpdateRequest request;
     request.set_step(7);
     // Two dense gradients (bucket of 2 floats: three all-reduces), a sparse one whose ids differ
@@ -92,7 +96,7 @@ TEST(MirrorGradientsTest, DenseMeanedSparseGatheredOthersKept) {
     count.set_values(Floats({1.f}));
     count.set_dtype(DT_FLOAT32);
     *request.add_ops() = count;
-    ASSERT_TRUE(MirrorGradients(group, /*bucket_bytes=*/8, &request).ok());
+    ASSERT_TRUE(MirrorGradients(group, /*bucket_bytes=*/8, &request, gather_first).ok());
     EXPECT_EQ(request.step(), 7);
     ASSERT_EQ(request.ops_size(), 5);
     EXPECT_THAT(AsFloats(request.ops(0).values()), ElementsAre(1.5f, 2.f));
@@ -109,17 +113,33 @@ TEST(MirrorGradientsTest, DenseMeanedSparseGatheredOthersKept) {
   });
 }
 
-TEST(MirrorGradientsTest, DenseLayoutsDiffer_FailedPreconditionOnEveryRank) {
-  OnEveryRank(2, [](int rank, CollectiveGroup* group) {
+TEST_P(MirrorGradientsTest, DenseLayoutsDiffer_FailedPreconditionOnEveryRank) {
+  const bool gather_first = GetParam();
+  OnEveryRank(2, [gather_first](int rank, CollectiveGroup* group) {
     UpdateRequest request;
     *request.add_ops() = Dense(rank == 0 ? "w/part_0" : "v/part_0", {1.f});
-    EXPECT_THAT(MirrorGradients(group, 1 << 20, &request),
+    EXPECT_THAT(MirrorGradients(group, 1 << 20, &request, gather_first),
                 StatusIs(absl::StatusCode::kFailedPrecondition,
-                         HasSubstr("worker:1's dense gradients (variables, shapes) differ")));
+                         HasSubstr("dense gradients (variables, shapes) or step differ")));
   });
 }
 
-TEST(MirrorGradientsTest, NotFloat_InvalidArgument) {
+TEST_P(MirrorGradientsTest, StepsDiffer_FailedPreconditionOnEveryRank) {
+  const bool gather_first = GetParam();
+  OnEveryRank(3, [gather_first](int rank, CollectiveGroup* group) {
+    UpdateRequest request;
+    request.set_step(rank == 2 ? 12 : 11);
+    *request.add_ops() = Dense("w/part_0", {1.f, 2.f});
+    EXPECT_THAT(MirrorGradients(group, 1 << 20, &request, gather_first),
+                StatusIs(absl::StatusCode::kFailedPrecondition,
+                         HasSubstr(gather_first ? "worker:2 sent step 12's gradients"
+                                                : "or step differ")));
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(GatherFirstOrInTheAllReduce, MirrorGradientsTest, ::testing::Bool());
+
+TEST(MirrorGradientsNotFloatTest, NotFloat_InvalidArgument) {
   OnEveryRank(1, [](int, CollectiveGroup* group) {
     UpdateRequest request;
     UpdateOp op = Dense("w/part_0", {1.f});
