@@ -117,6 +117,15 @@ absl::Status InProcessCluster::StartTaskLocked(const TaskRef& task) {
     options.ps_addresses = spec_.tasks(kPs);
     options.num_workers = spec_.num_workers();
     options.mirror = mirror_;
+    if (mirror_.group != nullptr) {
+      // A synchronous worker's replica is its own ps task, in this process: reached directly.
+      std::map<int, const PsServer*> own;
+      for (const auto& [index, server] : ps_) own[index] = server.get();
+      options.local_ps = [own](int ps_task) -> std::unique_ptr<PsClient> {
+        auto it = own.find(ps_task);
+        return it == own.end() ? nullptr : it->second->NewLocalClient();
+      };
+    }
     if (auto m = metrics_.find(task); m != metrics_.end()) options.metrics = m->second.registry.get();
     ASSIGN_OR_RETURN(workers_[task.index], WorkerServer::Start(options));
   }

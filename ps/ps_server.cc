@@ -11,6 +11,7 @@
 #include "common/service_metrics.h"
 #include "common/status_macros.h"
 #include "ps/checkpoint_root.h"
+#include "ps/local_ps_client.h"
 #include "ps/ps_service_handlers.h"
 
 namespace pstrain {
@@ -30,14 +31,16 @@ class PsServerImpl final : public PsServer {
     limits.memory_budget_bytes = options.memory_budget_bytes;
     limits.max_ids_per_request = options.max_ids_per_request;
     limits.max_concurrent_large_requests = options.max_concurrent_large_requests;
-    handlers_ = std::make_unique<PsServiceHandlers>(limits, std::move(root));
+    handlers_ = std::make_shared<PsServiceHandlers>(limits, std::move(root));
     handlers_->ExportMetrics(options.metrics);
+    // The handler keeps the handlers alive (a local client may outlive the server).
     RawHandler handler = InstrumentRawHandler(
-        [handlers = handlers_.get()](int method, const std::vector<absl::string_view>& request,
-                                     const ReplyAllocator& reply) {
+        [handlers = handlers_](int method, const std::vector<absl::string_view>& request,
+                               const ReplyAllocator& reply) {
           return handlers->Serve(method, request, reply);
         },
         PsServiceHandlers::Service(), options.metrics, "pstrain_ps");
+    handler_ = std::make_shared<const RawHandler>(handler);
     if (options.inflight_bytes > 0) {
       account_ = std::make_unique<MemoryAccount>(
           options.inflight_bytes, absl::StrCat("ps:", options.task_index, "'s in-flight account"));
@@ -73,6 +76,10 @@ class PsServerImpl final : public PsServer {
 
   const TaskIdentity& identity() const override { return identity_; }
 
+  std::unique_ptr<PsClient> NewLocalClient() const override {
+    return NewLocalPsClient(absl::StrCat(identity_.DebugString(), " (in process)"), handler_);
+  }
+
   void Shutdown() override {
     absl::MutexLock lock(&mu_);
     if (server_ == nullptr) return;
@@ -85,7 +92,8 @@ class PsServerImpl final : public PsServer {
 
  private:
   TaskIdentity identity_;
-  std::unique_ptr<PsServiceHandlers> handlers_;
+  std::shared_ptr<PsServiceHandlers> handlers_;
+  std::shared_ptr<const RawHandler> handler_;
   // How long a request waits for room in the account before it is refused.
   static constexpr absl::Duration kAdmissionWait = absl::Seconds(60);
 

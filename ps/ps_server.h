@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "cluster/task_identity.h"
 #include "common/metrics.h"
+#include "ps/ps_client.h"
 
 namespace pstrain {
 
@@ -65,6 +66,10 @@ class PsServer {
 
   // Stops accepting calls, cancels those in flight, and waits for handlers to finish.
   virtual void Shutdown() = 0;
+
+  // A client for this process's own use that calls the server's handlers in the calling thread
+  // (ps/local_ps_client.h). It keeps the handlers (and the variables) alive, even past Shutdown.
+  virtual std::unique_ptr<PsClient> NewLocalClient() const = 0;
 };
 
 }  // namespace pstrain

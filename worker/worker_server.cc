@@ -31,18 +31,16 @@ class WorkerServerImpl final : public WorkerServer {
     }
     int threads = options.num_closure_threads;
     if (threads <= 0) threads = 4 * std::max(1u, std::thread::hardware_concurrency());
-    std::unique_ptr<PsConnection> ps = PsConnection::ToAddresses(options.ps_addresses);
-    if (options.mirror.group != nullptr) {
-      std::vector<std::unique_ptr<PsClient>> mirrored;
-      for (int i = 0; i < static_cast<int>(options.ps_addresses.size()); ++i) {
-        std::unique_ptr<PsClient> client = NewGrpcPsClient(i, options.ps_addresses[i]);
-        if (i >= options.mirror.replica_ps_begin) {
-          client = NewMirroredPsClient(std::move(client), options.mirror);
-        }
-        mirrored.push_back(std::move(client));
+    std::vector<std::unique_ptr<PsClient>> clients;
+    for (int i = 0; i < static_cast<int>(options.ps_addresses.size()); ++i) {
+      std::unique_ptr<PsClient> client = options.local_ps ? options.local_ps(i) : nullptr;
+      if (client == nullptr) client = NewGrpcPsClient(i, options.ps_addresses[i]);
+      if (options.mirror.group != nullptr && i >= options.mirror.replica_ps_begin) {
+        client = NewMirroredPsClient(std::move(client), options.mirror);
       }
-      ps = std::make_unique<PsConnection>(std::move(mirrored));
+      clients.push_back(std::move(client));
     }
+    auto ps = std::make_unique<PsConnection>(std::move(clients));
     handlers_ = std::make_unique<WorkerServiceHandlers>(std::move(registry), std::move(ps),
                                                         options.num_workers);
     if (options.mirror.group != nullptr) {

@@ -3,6 +3,7 @@
 #ifndef PSTRAIN_WORKER_WORKER_SERVER_H_
 #define PSTRAIN_WORKER_WORKER_SERVER_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,6 +36,10 @@ struct WorkerServerOptions {
   // gradients are all-reduced across the group first (worker/mirrored_ps_client.h); closures train
   // on replica group->rank()'s share of each batch. Default: no group (asynchronous training).
   MirrorOptions mirror;
+  // Makes the client of ps task i when that task runs in this process (a null return: the task
+  // is reached over gRPC, as the others). The synchronous strategies' workers reach their own
+  // replica this way (PsServer::NewLocalClient). Default: none.
+  std::function<std::unique_ptr<PsClient>(int ps_task)> local_ps;
   // Where this worker counts its requests and closures (common/metrics.h; not owned, must
   // outlive the server). Default null: none.
   MetricsRegistry* metrics = nullptr;

@@ -1,0 +1,102 @@
+#include "ps/local_ps_client.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "proto/ps_service.pb.h"
+
+namespace pstrain {
+namespace {
+
+// PsService's method numbers (its descriptor's order, as the handlers use them).
+int MethodNumber(const char* name) {
+  return LookupRequest::descriptor()->file()->FindServiceByName("PsService")
+      ->FindMethodByName(name)->index();
+}
+
+class LocalPsClient final : public PsClient {
+ public:
+  LocalPsClient(std::string name, std::shared_ptr<const RawHandler> handler)
+      : name_(std::move(name)), handler_(std::move(handler)) {}
+
+  const std::string& name() const override { return name_; }
+  bool ordered() const override { return true; }
+
+  void CreateShardsAsync(const CreateShardsRequest* request, CreateShardsResponse* response,
+                         Done done) override {
+    done(Call("CreateShards", *request, response));
+  }
+  void ListShardsAsync(const ListShardsRequest* request, ListShardsResponse* response,
+                       Done done) override {
+    done(Call("ListShards", *request, response));
+  }
+  void LookupAsync(const LookupRequest* request, LookupResponse* response, Done done) override {
+    done(Call("Lookup", *request, response));
+  }
+  // The reply stays in the buffer it was written into.
+  void LookupWireAsync(const LookupRequest* request, LookupWireReply* reply, Done done) override {
+    auto bytes = std::make_shared<std::string>();
+    absl::Status s = Serve("Lookup", request->SerializeAsString(), bytes.get());
+    if (s.ok()) reply->Set({absl::string_view(*bytes)}, bytes);
+    done(std::move(s));
+  }
+  void ReadAsync(const ReadRequest* request, ReadResponse* response, Done done) override {
+    done(Call("Read", *request, response));
+  }
+  void UpdateAsync(const UpdateRequest* request, UpdateResponse* response, Done done) override {
+    done(Call("Update", *request, response));
+  }
+  void ExportAsync(const ExportRequest* request, ExportResponse* response, Done done) override {
+    done(Call("Export", *request, response));
+  }
+  void HealthAsync(const HealthRequest* request, HealthResponse* response, Done done) override {
+    done(Call("Health", *request, response));
+  }
+  void SaveShardsAsync(const SaveShardsRequest* request, SaveShardsResponse* response,
+                       Done done) override {
+    done(Call("SaveShards", *request, response));
+  }
+  void RestoreShardsAsync(const RestoreShardsRequest* request, RestoreShardsResponse* response,
+                          Done done) override {
+    done(Call("RestoreShards", *request, response));
+  }
+  void CommitRestoreAsync(const CommitRestoreRequest* request, CommitRestoreResponse* response,
+                          Done done) override {
+    done(Call("CommitRestore", *request, response));
+  }
+
+ private:
+  // Serves `request` (wire bytes) by method name; the reply's bytes into `reply`.
+  absl::Status Serve(const char* method, const std::string& request, std::string* reply) const {
+    const ReplyAllocator allocate([reply](size_t bytes) {
+      reply->resize(bytes);
+      return reply->data();
+    });
+    absl::Status s = (*handler_)(MethodNumber(method), {request}, allocate);
+    if (!s.ok()) return absl::Status(s.code(), absl::StrCat(name_, ": ", s.message()));
+    return absl::OkStatus();
+  }
+  template <typename Request, typename Response>
+  absl::Status Call(const char* method, const Request& request, Response* response) const {
+    std::string reply;
+    absl::Status s = Serve(method, request.SerializeAsString(), &reply);
+    if (!s.ok()) return s;
+    if (!response->ParseFromString(reply)) {
+      return absl::InternalError(absl::StrCat(name_, ": ", method, " reply: malformed"));
+    }
+    return absl::OkStatus();
+  }
+
+  const std::string name_;
+  const std::shared_ptr<const RawHandler> handler_;
+};
+
+}  // namespace
+
+std::unique_ptr<PsClient> NewLocalPsClient(std::string name,
+                                           std::shared_ptr<const RawHandler> handler) {
+  return std::make_unique<LocalPsClient>(std::move(name), std::move(handler));
+}
+
+}  // namespace pstrain
