@@ -62,7 +62,7 @@ DenseCache::Ticket DenseCache::Push(const ShardedVariable& v, absl::string_view 
 void DenseCache::Returned(const ShardedVariable& v, uint64_t seq,
                           const std::vector<ShardReply>& replies) {
   absl::MutexLock lock(&mu_);
-  auto drop = [&] { copies_.erase(v.name()); };
+  auto drop = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { copies_.erase(v.name()); };
   const std::vector<ShardLocation>& shards = v.shards();
   if (replies.size() != shards.size() || v.dtype() != DT_FLOAT32) return drop();
   auto [it, fresh] = copies_.try_emplace(v.name());
