@@ -86,6 +86,14 @@ struct ModelOptions {
   // updates; 0: no limit (every step in flight reads and pushes at will). Models without a dense
   // part ignore it.
   int dense_turns = 1;
+  // A synchronous worker's part of the training data (set by trainer/mirrored_strategy.h): this
+  // process is rank `data_shard` of `data_shards` and trains on its part of every step's batch.
+  // Models that draw a step's batch by its number split it by the ClosureContext's replica
+  // (models/batches.h, ReplicaShare) and ignore these; the tabular model, which streams its
+  // files, reads part `data_shard` of them, batch_size / data_shards examples a step (TF's
+  // per-replica batch). Default 0 of 1: all of it.
+  int data_shard = 0;
+  int data_shards = 1;
   // Model-specific settings by name (e.g. "user_col" for the ratings model); each model lists
   // those it reads and rejects unknown ones.
   std::map<std::string, std::string> extra;

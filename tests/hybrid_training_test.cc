@@ -134,6 +134,9 @@ TEST_F(HybridTrainingTest, TwoWorkers_TablesOnSharedPs_DenseReplicasIdentical) {
   EXPECT_EQ(result->attempts, 1);
   EXPECT_EQ(result->chief.num_ps, 2);
   EXPECT_GT(result->chief.metrics.values["test_auc"], 0.99);
+  // Each step trains one batch between the two workers: each reads its share of the data, half a
+  // batch a step (not a whole batch each: the job's examples are the steps' batches).
+  EXPECT_EQ(result->chief.examples, (result->chief.end_step - result->chief.start_step) * 32);
   // Every table is on the shared ps tasks, in one shard per task; no fixed variable is there.
   std::map<std::string, bool> shared;
   for (const std::string& address : shared_) {

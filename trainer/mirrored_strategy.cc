@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "absl/types/span.h"
 #include "collective/gloo_group.h"
 #include "collective/rendezvous_client.h"
 #include "collective/rendezvous_service.h"
@@ -158,7 +159,11 @@ RankOutcome RunRank(int attempt, const RankPlan& plan, const std::string& model_
     out.status = cluster.status();
     return out;
   }
-  absl::StatusOr<std::unique_ptr<Model>> model = CreateModel(model_name, model_options);
+  // This rank's part of the data (a model that streams its files reads a share of them).
+  ModelOptions rank_model_options = model_options;
+  rank_model_options.data_shard = rank;
+  rank_model_options.data_shards = plan.size;
+  absl::StatusOr<std::unique_ptr<Model>> model = CreateModel(model_name, rank_model_options);
   if (!model.ok()) {
     out.status = model.status();
     return out;
@@ -204,6 +209,19 @@ RankOutcome RunRank(int attempt, const RankPlan& plan, const std::string& model_
     return out;
   }
   out.result = *std::move(result);
+  // The job's examples: every rank trained its part of each batch. Asked of the group (each
+  // rank's summary, also a process's own, then counts the whole job); a group already broken
+  // leaves this rank's count.
+  std::vector<int64_t> all, counts;
+  const int64_t mine = out.result.examples;
+  if (group->AllGather(absl::MakeConstSpan(&mine, 1), &all, &counts).ok()) {
+    int64_t examples = 0;
+    for (int64_t c : all) examples += c;
+    out.result.examples = examples;
+    if (out.result.train_seconds > 0) {
+      out.result.examples_per_sec = examples / out.result.train_seconds;
+    }
+  }
   if (mirrored.on_trained) mirrored.on_trained(rank, (*cluster)->spec().tasks(kPs)[shared]);
   return out;
 }
@@ -304,14 +322,10 @@ absl::StatusOr<MirroredResult> TrainMultiWorkerMirrored(const std::string& model
       }
     }
     if (all_ok) {
-      // The chief's summary, with every worker's examples (each trained its share).
-      int64_t examples = 0;
-      for (const RankOutcome& o : outcomes) examples += o.result.examples;
+      // The chief's summary (its examples are every rank's: RunRank).
       job.chief = std::move(outcomes[0].result);
       job.chief.num_workers = mirrored.num_workers;
       job.chief.num_ps = static_cast<int>(mirrored.shared_ps.size());
-      job.chief.examples = examples;
-      if (job.chief.train_seconds > 0) job.chief.examples_per_sec = examples / job.chief.train_seconds;
       return job;
     }
     job.failures.push_back(root.ToString());

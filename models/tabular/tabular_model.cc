@@ -82,6 +82,8 @@ struct TabularConfig {
   int interleave = 64;
   WorkerDevices devices;
   int dense_turns = 1;
+  int data_shard = 0;  // a synchronous rank's part of the data (ModelOptions::data_shard)
+  int data_shards = 1;
 };
 
 class TabularModel final : public Model {
@@ -96,7 +98,9 @@ class TabularModel final : public Model {
     so.validation_data = config_.validation_data;
     so.validation_fraction = config_.validation_fraction;
     so.seed = config_.seed;
-    so.workers = coordinator->num_workers();
+    // A synchronous rank's coordinator has one worker (itself): its part of the data is one of
+    // the ranks' shares.
+    so.workers = config_.data_shards > 1 ? config_.data_shards : coordinator->num_workers();
     so.skip_bad_rows = config_.skip_bad_rows;
     const absl::Time scan_start = absl::Now();
     ASSIGN_OR_RETURN(plan_, tabular::Scan(spec_, so));
@@ -120,7 +124,11 @@ class TabularModel final : public Model {
     job["seed"] = config_.seed;
     job["validation_fraction"] = config_.validation_fraction;
     job["skip_bad_rows"] = config_.skip_bad_rows;
-    job["batch_size"] = config_.batch_size;
+    // A synchronous rank: its share of the files and of each step's batch (the ranks' parts add
+    // up to batch_size).
+    const int64_t shards = std::max(1, config_.data_shards);
+    job["data_shard"] = shards > 1 ? config_.data_shard : -1;
+    job["batch_size"] = config_.batch_size / shards + (config_.data_shard < config_.batch_size % shards);
     job["steps_per_epoch"] = steps_per_epoch_;
     job["shuffle_buffer"] = ShuffleBuffer(layout);
     job["interleave"] = config_.interleave;
@@ -401,6 +409,16 @@ absl::StatusOr<std::unique_ptr<Model>> CreateTabular(const ModelOptions& options
   c.seed = options.seed;
   c.devices = options.devices;
   c.dense_turns = options.dense_turns;
+  if (options.data_shards < 1 || options.data_shard < 0 ||
+      options.data_shard >= options.data_shards) {
+    return bad(absl::StrCat("data shard ", options.data_shard, " of ", options.data_shards));
+  }
+  if (options.data_shards > c.batch_size) {
+    return bad(absl::StrCat("batch_size ", c.batch_size, " is smaller than the ",
+                            options.data_shards, " synchronous workers that split each batch"));
+  }
+  c.data_shard = options.data_shard;
+  c.data_shards = options.data_shards;
   ASSIGN_OR_RETURN(Spec spec, tabular::ReadSpec(c.spec_path));
   if (c.embedding_dim > 0) spec.model.embedding_dim = c.embedding_dim;
   return std::unique_ptr<Model>(new TabularModel(std::move(c), std::move(spec)));

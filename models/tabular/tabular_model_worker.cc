@@ -107,6 +107,13 @@ class TabularResource : public Dataset {
     co.skip_bad_rows = job.value("skip_bad_rows", false);
     r->context_ = std::make_unique<DataContext>(r->spec_, r->plan_, co);
     r->batch_size_ = job.value("batch_size", int64_t{256});
+    // A synchronous rank (its coordinator's only worker) reads the rank's share.
+    const int data_shard = job.value("data_shard", -1);
+    if (data_shard >= 0) worker = data_shard;
+    if (r->batch_size_ < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kTabularData, ": batch_size ", r->batch_size_, " < 1"));
+    }
     if (worker < 0 || worker >= static_cast<int>(r->plan_.shares.size())) {
       return absl::FailedPreconditionError(absl::StrCat(
           kTabularData, ": worker ", worker, " but the plan has shares for ",
