@@ -4,7 +4,8 @@
 // (broadcast once set up or restored), trains on its share of each step's batch
 // (models/batches.h, ReplicaShare), and all-reduces the gradients with the others every step
 // before applying them (worker/mirrored_ps_client.h, collective/ over Gloo), so the replicas stay
-// identical. Each worker runs the same trainer loop (SPMD, one step at a time); worker 0, the
+// identical. Each worker runs the same trainer loop (SPMD; several steps in flight, their dense
+// parts in step order: worker/dense_turns.h); worker 0, the
 // chief, saves checkpoints (the same RocksDB format the parameter-server strategy writes: a
 // checkpoint from one strategy restores into the other), validates, writes TensorBoard scalars and
 // evaluates. The others restore from the same checkpoints and stay quiet.
