@@ -176,6 +176,8 @@ RankOutcome RunRank(int attempt, const RankPlan& plan, const std::string& model_
   options.first_step_alone = true;
   NullBuffer null_buffer;
   std::ostream null_stream(&null_buffer);
+  // The chief's progress line counts its part of each batch: shown as the job's rate.
+  options.progress.examples_scale = plan.size;
   if (rank != 0) {
     options.save_checkpoints = false;
     options.validate = false;

@@ -114,7 +114,8 @@ class ProgressReporterImpl : public ProgressReporter {
                             100.0 * now.step / options_.total_steps);
     }
     const double seconds = absl::ToDoubleSeconds(now.time - from.time);
-    const double examples_per_s = seconds > 0 ? (now.examples - from.examples) / seconds : NAN;
+    const double examples_per_s =
+        seconds > 0 ? options_.examples_scale * (now.examples - from.examples) / seconds : NAN;
     const double steps_per_s = seconds > 0 ? (now.step - from.step) / seconds : NAN;
     if (std::isfinite(examples_per_s)) {
       absl::StrAppendFormat(&line, "  %.1f ex/s", examples_per_s);
@@ -197,6 +198,7 @@ absl::StatusOr<std::unique_ptr<ProgressReporter>> ProgressReporter::Create(
   if (options.total_steps < 0) return invalid("total_steps", "is negative");
   if (options.initial_step < 0) return invalid("initial_step", "is negative");
   if (options.initial_examples < 0) return invalid("initial_examples", "is negative");
+  if (!(options.examples_scale > 0)) return invalid("examples_scale", "is not positive");
   if (options.tty_interval < absl::ZeroDuration()) return invalid("tty_interval", "is negative");
   if (options.line_interval < absl::ZeroDuration()) return invalid("line_interval", "is negative");
   if (options.window <= absl::ZeroDuration()) return invalid("window", "is not positive");

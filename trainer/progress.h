@@ -28,6 +28,9 @@ struct ProgressOptions {
   // rates count only this run's work. Default 0 and 0.
   int64_t initial_step = 0;
   int64_t initial_examples = 0;
+  // The examples/s shown: the examples counted times this. A synchronous worker counts its own
+  // part of each batch; the chief of N shows about the job's rate with N. Default 1.
+  double examples_scale = 1;
 
   // Where lines go: `out` if set, else the file descriptor `fd`. Default: fd 2 (stderr).
   std::ostream* out = nullptr;

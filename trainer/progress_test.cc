@@ -85,6 +85,25 @@ TEST_F(ProgressTest, Update_SteadyRun_ShowsStepRateLossElapsedEta) {
             "step 50/100 (50.0%)  320.0 ex/s  loss 0.5  elapsed 5s  eta 5s");
 }
 
+// A synchronous chief counts its part of each batch; examples_scale shows the job's rate.
+TEST_F(ProgressTest, Update_ExamplesScale_RateScaled_NonPositiveRefused) {
+  ProgressOptions options = FakeOptions(/*is_tty=*/false);
+  options.total_steps = 100;
+  options.line_interval = absl::ZeroDuration();
+  options.examples_scale = 3;
+  std::unique_ptr<ProgressReporter> reporter = MakeReporter(options);
+  ASSERT_NE(reporter, nullptr);
+  for (int step = 1; step <= 50; ++step) {
+    Advance(absl::Milliseconds(100));
+    reporter->Update(step, /*examples_done=*/step * 32, /*loss=*/0.5);
+  }
+  EXPECT_THAT(Lines().back(), HasSubstr("  960.0 ex/s  "));
+  options.examples_scale = 0;
+  absl::StatusOr<std::unique_ptr<ProgressReporter>> bad = ProgressReporter::Create(options);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("examples_scale"));
+}
+
 TEST_F(ProgressTest, Update_NoTotalSteps_NoPercentageOrEta) {
   ProgressOptions options = FakeOptions(/*is_tty=*/false);
   std::unique_ptr<ProgressReporter> reporter = MakeReporter(options);
