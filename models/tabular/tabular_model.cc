@@ -128,7 +128,8 @@ class TabularModel final : public Model {
     // up to batch_size).
     const int64_t shards = std::max(1, config_.data_shards);
     job["data_shard"] = shards > 1 ? config_.data_shard : -1;
-    job["batch_size"] = config_.batch_size / shards + (config_.data_shard < config_.batch_size % shards);
+    job["batch_size"] =
+        config_.batch_size / shards + (config_.data_shard < config_.batch_size % shards ? 1 : 0);
     job["steps_per_epoch"] = steps_per_epoch_;
     job["shuffle_buffer"] = ShuffleBuffer(layout);
     job["interleave"] = config_.interleave;
