@@ -404,14 +404,10 @@ class GrpcPsClient final : public PsClient {
     }
   };
 
-  // Method numbers of PsService (its descriptor's order, as the server's handlers use them).
-  static int MethodNumber(const char* name) {
-    return LookupRequest::descriptor()->file()->FindServiceByName("PsService")
-        ->FindMethodByName(name)->index();
-  }
-  inline static const int kLookupMethod = MethodNumber("Lookup");
-  inline static const int kReadMethod = MethodNumber("Read");
-  inline static const int kUpdateMethod = MethodNumber("Update");
+  // Method numbers of PsService (as the server's handlers use them).
+  inline static const int kLookupMethod = PsMethodNumber("Lookup");
+  inline static const int kReadMethod = PsMethodNumber("Read");
+  inline static const int kUpdateMethod = PsMethodNumber("Update");
 
   // The data plane's channel, or null (use gRPC): found through Health on first use, and again
   // after it broke (at most once a second while the ps has none or can't be asked).

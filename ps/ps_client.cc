@@ -106,8 +106,17 @@ absl::Status PsClient::CommitRestore(const CommitRestoreRequest& request,
   return Wait([&](Done d) { CommitRestoreAsync(&request, response, std::move(d)); });
 }
 
-absl::Status CallAll(int n, const std::function<void(int i, PsClient::Done done)>& start) {
-  if (n <= 0) return absl::OkStatus();
+int PsMethodNumber(const char* name) {
+  return LookupRequest::descriptor()->file()->FindServiceByName("PsService")
+      ->FindMethodByName(name)->index();
+}
+
+absl::Status CallAll(int n, const std::function<void(int i, PsClient::Done done)>& start,
+                     const std::function<void()>& started) {
+  if (n <= 0) {
+    if (started) started();
+    return absl::OkStatus();
+  }
   std::vector<absl::Status> statuses(n);
   absl::BlockingCounter pending(n);
   for (int i = 0; i < n; ++i) {
@@ -116,6 +125,7 @@ absl::Status CallAll(int n, const std::function<void(int i, PsClient::Done done)
       pending.DecrementCount();
     });
   }
+  if (started) started();
   pending.Wait();
   for (absl::Status& s : statuses) {
     if (!s.ok()) return std::move(s);

@@ -15,6 +15,10 @@
 
 namespace pstrain {
 
+// PsService's method `name` as a number: its index in the service's descriptor, which is how the
+// ps's handlers (ps/ps_service_handlers.h) number them for the data plane and in-process calls.
+int PsMethodNumber(const char* name);
+
 // A Lookup reply as it arrived, unparsed: LookupResponse's wire format in one or more chunks whose
 // memory `owner` keeps alive (for gRPC, the received slices, not copied). It lets LookupBatch copy
 // each row straight to where the caller wants it instead of first into protobuf strings.
@@ -105,8 +109,10 @@ class PsClient {
 };
 
 // Starts start(i, done) for every i in [0, n) at once (one async call per ps, say) and waits for all
-// of them. Returns OK, or the error of the lowest i that failed.
-absl::Status CallAll(int n, const std::function<void(int i, PsClient::Done done)>& start);
+// of them; `started` (if given) runs once every call is on its way, before the wait. Returns OK, or
+// the error of the lowest i that failed.
+absl::Status CallAll(int n, const std::function<void(int i, PsClient::Done done)>& start,
+                     const std::function<void()>& started = nullptr);
 
 }  // namespace pstrain
 
