@@ -6,7 +6,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/blocking_counter.h"
 #include "common/id_index.h"
 #include "common/status_macros.h"
 #include "ps/dense_cache.h"
@@ -504,22 +503,13 @@ absl::Status UpdateBatch::Run(const std::function<void()>& rows_back) {
   // Starts every request of `requests` and waits for them; `sent` (if given) runs once all are
   // on their way. Returns the first error.
   auto send_all = [](const std::vector<PerPs*>& requests, const std::function<void()>& sent) {
-    std::vector<absl::Status> statuses(requests.size());
-    absl::BlockingCounter replies(static_cast<int>(requests.size()));
-    for (size_t i = 0; i < requests.size(); ++i) {
-      PerPs& p = *requests[i];
-      p.client->UpdateWithValuesAsync(&p.request, &p.values, &p.response,
-                                      [&statuses, &replies, i](absl::Status s) {
-                                        statuses[i] = std::move(s);
-                                        replies.DecrementCount();
-                                      });
-    }
-    if (sent) sent();
-    replies.Wait();
-    for (absl::Status& s : statuses) {
-      if (!s.ok()) return std::move(s);
-    }
-    return absl::OkStatus();
+    return CallAll(
+        static_cast<int>(requests.size()),
+        [&requests](int i, PsClient::Done done) {
+          PerPs& p = *requests[i];
+          p.client->UpdateWithValuesAsync(&p.request, &p.values, &p.response, std::move(done));
+        },
+        sent);
   };
   auto fill = [&](bool applied, const absl::Status& status) {
     for (const Returned& r : returned_) {
