@@ -112,7 +112,6 @@ absl::Status MirrorGradients(CollectiveGroup* group, int64_t bucket_bytes, Updat
   // 1. With gather_first: every rank's [signature, step, sparse ops] in one all-gather, checked
   // before the all-reduce (a first step: the ranks' layouts are not known to agree yet).
   std::vector<int64_t> words, counts, offsets(n, 0);
-  const bool sparse_first = gather_first;
   if (gather_first) {
     std::vector<int64_t> mine = {static_cast<int64_t>(signature), request->step()};
     const std::vector<int64_t> sparse_words = ToWords(sparse.SerializeAsString());
@@ -151,8 +150,8 @@ absl::Status MirrorGradients(CollectiveGroup* group, int64_t bucket_bytes, Updat
     const int64_t total = dense_floats + check;
     const int64_t bucket = std::max<int64_t>(1, bucket_bytes / static_cast<int64_t>(sizeof(float)));
     for (int64_t begin = 0; begin < total; begin += bucket) {
-      RETURN_IF_ERROR(
-          group->AllReduce(packed.data() + begin, std::min(bucket, total - begin), ReduceOp::kMean));
+      const int64_t n_floats = std::min(bucket, total - begin);
+      RETURN_IF_ERROR(group->AllReduce(packed.data() + begin, n_floats, ReduceOp::kMean));
     }
     if (check > 0 && (!CheckAgrees(packed.data() + dense_floats, n) ||
                       !CheckAgrees(packed.data() + dense_floats + kCheckFloats, n))) {
@@ -167,12 +166,12 @@ absl::Status MirrorGradients(CollectiveGroup* group, int64_t bucket_bytes, Updat
   }
   if (sparse.ops_size() == 0) return absl::OkStatus();  // so on every rank (the check agreed)
   // 3. Sparse: every worker's ops (gathered now, if not first), merged per shard in rank order.
-  if (!sparse_first) {
+  if (!gather_first) {
     RETURN_IF_ERROR(group->AllGather(absl::MakeConstSpan(ToWords(sparse.SerializeAsString())),
                                      &words, &counts));
     for (int r = 1; r < n; ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
   }
-  const int64_t skip = sparse_first ? 2 : 0;  // [signature, step] before the sparse words
+  const int64_t skip = gather_first ? 2 : 0;  // [signature, step] before the sparse words
   std::vector<std::string> order;
   std::map<std::string, UpdateOp> merged;
   for (int r = 0; r < n; ++r) {
@@ -280,8 +279,8 @@ class MirroredPsClient final : public PsClient {
     const bool first = !checked_.exchange(true);
     absl::Status status =
         MirrorGradients(options_.group.get(), options_.bucket_bytes, owned.get(), first);
-    if (!status.ok()) checked_.store(false);
     if (!status.ok()) {
+      checked_.store(false);
       // Not this worker's failure, nor a ps's, for the coordinator to retry around: the step
       // itself can't go on (its caller restarts the group from a checkpoint).
       done(absl::FailedPreconditionError(absl::StrCat(
