@@ -1,11 +1,13 @@
 #include "ps/dense_cache.h"
 
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "ps/local_ps_client.h"
 
 namespace pstrain {
 namespace {
@@ -14,44 +16,13 @@ using ::testing::ElementsAre;
 using ::testing::FloatNear;
 using ::testing::Pointwise;
 
-// The cache never calls a ps: the handles only need one to exist.
-class NoPs final : public PsClient {
- public:
-  const std::string& name() const override { return name_; }
-  void CreateShardsAsync(const CreateShardsRequest*, CreateShardsResponse*, Done d) override {
-    d(absl::UnimplementedError("no ps"));
-  }
-  void ListShardsAsync(const ListShardsRequest*, ListShardsResponse*, Done d) override {
-    d(absl::UnimplementedError("no ps"));
-  }
-  void LookupAsync(const LookupRequest*, LookupResponse*, Done d) override {
-    d(absl::UnimplementedError("no ps"));
-  }
-  void ReadAsync(const ReadRequest*, ReadResponse*, Done d) override {
-    d(absl::UnimplementedError("no ps"));
-  }
-  void UpdateAsync(const UpdateRequest*, UpdateResponse*, Done d) override {
-    d(absl::UnimplementedError("no ps"));
-  }
-  void ExportAsync(const ExportRequest*, ExportResponse*, Done d) override {
-    d(absl::UnimplementedError("no ps"));
-  }
-  void HealthAsync(const HealthRequest*, HealthResponse*, Done d) override {
-    d(absl::UnimplementedError("no ps"));
-  }
-  void SaveShardsAsync(const SaveShardsRequest*, SaveShardsResponse*, Done d) override {
-    d(absl::UnimplementedError("no ps"));
-  }
-  void RestoreShardsAsync(const RestoreShardsRequest*, RestoreShardsResponse*, Done d) override {
-    d(absl::UnimplementedError("no ps"));
-  }
-  void CommitRestoreAsync(const CommitRestoreRequest*, CommitRestoreResponse*, Done d) override {
-    d(absl::UnimplementedError("no ps"));
-  }
-
- private:
-  std::string name_ = "no ps";
-};
+// The cache never calls a ps: the handles only need one to exist (one that refuses every call).
+std::unique_ptr<PsClient> NoPs() {
+  const RawHandler refuse = [](int, const std::vector<absl::string_view>&, const ReplyAllocator&) {
+    return absl::UnimplementedError("no ps");
+  };
+  return NewLocalPsClient("no ps", std::make_shared<const RawHandler>(refuse));
+}
 
 absl::string_view Bytes(const std::vector<float>& v) {
   return absl::string_view(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
@@ -62,8 +33,8 @@ class DenseCacheTest : public ::testing::Test {
   // A [3, 2] float32 variable in two shards (rows 0-1 on ps 0, row 2 on ps 1).
   ShardedVariable Variable(const OptimizerDef* optimizer) {
     absl::StatusOr<ShardedVariable> v = ShardedVariable::Create(
-        "w", {3, 2}, DT_FLOAT32, {{"w/part_0", 0, 2, 0}, {"w/part_1", 2, 1, 1}}, {&ps_, &ps_},
-        optimizer);
+        "w", {3, 2}, DT_FLOAT32, {{"w/part_0", 0, 2, 0}, {"w/part_1", 2, 1, 1}},
+        {ps_.get(), ps_.get()}, optimizer);
     EXPECT_TRUE(v.ok()) << v.status();
     return *v;
   }
@@ -84,7 +55,7 @@ class DenseCacheTest : public ::testing::Test {
     return out;
   }
 
-  NoPs ps_;
+  std::unique_ptr<PsClient> ps_ = NoPs();
   std::vector<float> rows_, slot_;
 };
 
