@@ -169,7 +169,17 @@ absl::StatusOr<Run> TrainOnce(const std::string& model, const ModelOptions& mo,
         !absl::SimpleAtoi(variant.substr(15), &mirrored.steps_in_flight)) {
       return absl::InvalidArgumentError(absl::StrCat("variant ", variant));
     }
-    ASSIGN_OR_RETURN(MirroredResult r, TrainHybridInProcess(model, mo, to, mirrored, 2));
+    // Experiments: hybrid_batch<K> trains a global batch of K x 256 (each worker's share K x 256
+    // / workers).
+    ModelOptions mo_hybrid = mo;
+    if (absl::StartsWith(variant, "hybrid_batch")) {
+      int k = 0;
+      if (!absl::SimpleAtoi(variant.substr(12), &k) || k < 1) {
+        return absl::InvalidArgumentError(absl::StrCat("variant ", variant));
+      }
+      mo_hybrid.batch_size = 256 * k;
+    }
+    ASSIGN_OR_RETURN(MirroredResult r, TrainHybridInProcess(model, mo_hybrid, to, mirrored, 2));
     run.auc = r.chief.metrics.values["test_auc"];
     run.logloss = r.chief.metrics.values["test_logloss"];
     run.examples_per_s = r.chief.examples_per_sec;
