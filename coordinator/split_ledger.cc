@@ -1,0 +1,373 @@
+#include "coordinator/split_ledger.h"
+
+#include <algorithm>
+#include <random>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/json_parse.h"
+#include "nlohmann/json.hpp"
+
+namespace pstrain {
+
+Tensor EncodeDeal(const std::vector<DealtSplit>& splits) {
+  // [count, then per split: id, skips, skip...]
+  std::vector<int64_t> v{static_cast<int64_t>(splits.size())};
+  for (const DealtSplit& s : splits) {
+    v.push_back(s.id);
+    v.push_back(static_cast<int64_t>(s.skip.size()));
+    v.insert(v.end(), s.skip.begin(), s.skip.end());
+  }
+  return Tensor::FromVector(v);
+}
+
+absl::StatusOr<std::vector<DealtSplit>> ParseDeal(const Tensor& t) {
+  auto bad = [](const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat("a malformed deal of splits: ", what));
+  };
+  if (!t.Is<int64_t>()) return bad("not int64");
+  const std::vector<int64_t> v = t.ToVector<int64_t>();
+  if (v.empty() || v[0] < 0) return bad("no count");
+  std::vector<DealtSplit> out;
+  size_t at = 1;
+  for (int64_t i = 0; i < v[0]; ++i) {
+    if (at + 2 > v.size()) return bad("shorter than its count");
+    DealtSplit s;
+    s.id = v[at];
+    const int64_t skips = v[at + 1];
+    at += 2;
+    if (s.id < 0 || skips < 0 || static_cast<uint64_t>(skips) > v.size() - at) {
+      return bad(absl::StrCat("split ", s.id, " with ", skips, " rows to skip"));
+    }
+    s.skip.assign(v.begin() + static_cast<std::ptrdiff_t>(at),
+                  v.begin() + static_cast<std::ptrdiff_t>(at + skips));
+    at += static_cast<size_t>(skips);
+    out.push_back(std::move(s));
+  }
+  if (at != v.size()) return bad("longer than its count");
+  return out;
+}
+
+absl::StatusOr<std::shared_ptr<SplitLedger>> SplitLedger::Create(SplitLedgerOptions options) {
+  auto bad = [](const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat("split ledger: ", what));
+  };
+  int64_t rows = 0;
+  for (size_t i = 0; i < options.split_rows.size(); ++i) {
+    const int64_t r = options.split_rows[i];
+    if (r < 0 || r >= (int64_t{1} << 32)) {
+      return bad(absl::StrCat("split ", i, " has ", r, " rows (0 to 2^32 - 1)"));
+    }
+    rows += r;
+  }
+  if (rows == 0) return bad("the splits hold no training rows");
+  if (options.epochs < 1) return bad(absl::StrCat("epochs ", options.epochs, " < 1"));
+  if (options.num_workers < 1) return bad(absl::StrCat("num_workers ", options.num_workers, " < 1"));
+  if (options.batch_size < 1) return bad(absl::StrCat("batch_size ", options.batch_size, " < 1"));
+  if (options.hold_rows < 1) return bad(absl::StrCat("hold_rows ", options.hold_rows, " < 1"));
+  if (options.rows_output < 0) return bad("rows_output < 0");
+  const int64_t ids = static_cast<int64_t>(options.split_rows.size()) * options.epochs;
+  if (ids >= (int64_t{1} << 31)) return bad(absl::StrCat(ids, " splits over all epochs (< 2^31)"));
+  return std::shared_ptr<SplitLedger>(new SplitLedger(std::move(options)));
+}
+
+SplitLedger::SplitLedger(SplitLedgerOptions options)
+    : options_(std::move(options)), num_splits_(static_cast<int64_t>(options_.split_rows.size())) {
+  done_.assign(static_cast<size_t>(num_splits_ * options_.epochs), false);
+  held_.assign(options_.num_workers, 0);
+  inflight_.assign(options_.num_workers, 0);
+  counts_.splits = num_splits_;
+  int64_t rows = 0;
+  for (int64_t r : options_.split_rows) rows += r;
+  counts_.rows_left = rows * options_.epochs;
+}
+
+std::vector<int64_t> SplitLedger::EpochOrder(int epoch) const {
+  std::vector<int64_t> order(static_cast<size_t>(num_splits_));
+  for (int64_t s = 0; s < num_splits_; ++s) order[s] = epoch * num_splits_ + s;
+  std::mt19937_64 rng(options_.seed * 0x9e3779b97f4a7c15ULL + static_cast<uint64_t>(epoch) + 1);
+  std::shuffle(order.begin(), order.end(), rng);
+  return order;
+}
+
+void SplitLedger::PushEpochLocked() {
+  const int epoch = next_epoch_++;
+  counts_.epoch = epoch;
+  for (int64_t id : EpochOrder(epoch)) {
+    if (options_.split_rows[id % num_splits_] == 0) {
+      done_[id] = true;  // nothing to train in it
+      ++counts_.splits_done;
+      continue;
+    }
+    if (!done_[id]) pool_.push_back(id);
+  }
+}
+
+int64_t SplitLedger::NextLocked() {
+  while (true) {
+    while (pool_.empty() && next_epoch_ < options_.epochs) PushEpochLocked();
+    if (pool_.empty()) {
+      counts_.epoch = options_.epochs;
+      return -1;
+    }
+    const int64_t id = pool_.front();
+    pool_.pop_front();
+    if (!done_[id]) return id;
+  }
+}
+
+bool SplitLedger::AllDealtLocked() const {
+  if (next_epoch_ < options_.epochs) return false;
+  for (int64_t id : pool_) {
+    if (!done_[id]) return false;
+  }
+  return true;
+}
+
+bool SplitLedger::CanTake(int worker) {
+  absl::MutexLock lock(&mu_);
+  if (worker < 0 || worker >= options_.num_workers) return true;
+  if (!AllDealtLocked()) return true;  // Deal gives it rows
+  if (held_[worker] > static_cast<int64_t>(inflight_[worker]) * options_.batch_size) return true;
+  // Nothing to deal and its rows are in its closures already: other workers' rows are theirs to
+  // train; once none is left anywhere, closures run (and train nothing).
+  return counts_.rows_left == 0;
+}
+
+std::vector<Tensor> SplitLedger::Deal(int worker) {
+  absl::MutexLock lock(&mu_);
+  std::vector<DealtSplit> dealt;
+  if (worker >= 0 && worker < options_.num_workers) {
+    ++inflight_[worker];
+    while (held_[worker] < options_.hold_rows) {
+      const int64_t id = NextLocked();
+      if (id < 0) break;
+      auto [it, fresh] = open_.try_emplace(id);
+      Split& s = it->second;
+      if (fresh) s.rows = options_.split_rows[id % num_splits_];
+      if (s.dealt_before) ++counts_.splits_reassigned;
+      s.dealt_before = true;
+      s.worker = worker;
+      held_[worker] += s.rows - s.trained;
+      DealtSplit d;
+      d.id = id;
+      for (int64_t r = 0; r < static_cast<int64_t>(s.seen.size()); ++r) {
+        if (s.seen[r]) d.skip.push_back(r);
+      }
+      dealt.push_back(std::move(d));
+    }
+  }
+  return {EncodeDeal(dealt)};
+}
+
+void SplitLedger::Completed(int worker, const std::vector<Tensor>& outputs) {
+  absl::MutexLock lock(&mu_);
+  if (worker >= 0 && worker < options_.num_workers && inflight_[worker] > 0) --inflight_[worker];
+  if (static_cast<int>(outputs.size()) <= options_.rows_output ||
+      !outputs[options_.rows_output].Is<int64_t>()) {
+    ++counts_.bad_reports;
+    return;
+  }
+  const std::vector<int64_t> ids = outputs[options_.rows_output].ToVector<int64_t>();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int64_t id = RowIdSplit(ids[i]), row = RowIdRow(ids[i]);
+    if (id < 0 || id >= static_cast<int64_t>(done_.size())) {
+      ++counts_.bad_reports;
+      continue;
+    }
+    if (done_[id]) {
+      ++counts_.rows_twice;
+      continue;
+    }
+    auto it = open_.find(id);
+    if (it == open_.end() || row >= it->second.rows) {
+      ++counts_.bad_reports;
+      continue;
+    }
+    Split& s = it->second;
+    if (s.seen.empty()) s.seen.assign(static_cast<size_t>(s.rows), false);
+    if (s.seen[row]) {
+      ++counts_.rows_twice;
+      continue;
+    }
+    s.seen[row] = true;
+    ++s.trained;
+    ++counts_.rows_trained;
+    --counts_.rows_left;
+    if (s.worker >= 0) --held_[s.worker];
+    if (s.trained == s.rows) {
+      done_[id] = true;
+      ++counts_.splits_done;
+      open_.erase(it);
+    }
+  }
+}
+
+void SplitLedger::Returned(int worker) {
+  absl::MutexLock lock(&mu_);
+  if (worker >= 0 && worker < options_.num_workers && inflight_[worker] > 0) --inflight_[worker];
+}
+
+void SplitLedger::WorkerLost(int worker) {
+  absl::MutexLock lock(&mu_);
+  if (worker < 0 || worker >= options_.num_workers) return;
+  bool held_any = false;
+  // Back to the front of the pool, in id order (the next worker to ask takes them first).
+  for (auto it = open_.rbegin(); it != open_.rend(); ++it) {
+    if (it->second.worker != worker) continue;
+    it->second.worker = -1;
+    pool_.push_front(it->first);
+    held_any = true;
+  }
+  held_[worker] = 0;
+  inflight_[worker] = 0;
+  if (held_any) ++counts_.workers_lost;
+}
+
+SplitLedger::Counts SplitLedger::counts() const {
+  absl::MutexLock lock(&mu_);
+  Counts c = counts_;
+  for (const auto& [id, s] : open_) c.splits_in_flight += s.worker >= 0 ? 1 : 0;
+  return c;
+}
+
+int64_t SplitLedger::PendingSteps() const {
+  absl::MutexLock lock(&mu_);
+  if (counts_.rows_left == 0) return 0;
+  const int64_t b = options_.batch_size;
+  int64_t steps = 0, held = 0;
+  for (int64_t h : held_) {
+    steps += (std::max<int64_t>(0, h) + b - 1) / b;
+    held += std::max<int64_t>(0, h);
+  }
+  const int64_t undealt = std::max<int64_t>(0, counts_.rows_left - held);
+  steps += (undealt + b - 1) / b;
+  return std::max<int64_t>(1, steps);
+}
+
+std::string SplitLedger::State() const {
+  absl::MutexLock lock(&mu_);
+  nlohmann::json j;
+  j["splits"] = num_splits_;
+  j["epochs"] = options_.epochs;
+  j["next_epoch"] = next_epoch_;
+  // Done splits as hex, 4 per digit.
+  std::string done;
+  for (size_t i = 0; i < done_.size(); i += 4) {
+    int nibble = 0;
+    for (size_t k = 0; k < 4 && i + k < done_.size(); ++k) nibble |= done_[i + k] ? 1 << k : 0;
+    done.push_back("0123456789abcdef"[nibble]);
+  }
+  j["done"] = done;
+  nlohmann::json partial = nlohmann::json::array();
+  for (const auto& [id, s] : open_) {
+    std::vector<int64_t> rows;
+    for (int64_t r = 0; r < static_cast<int64_t>(s.seen.size()); ++r) {
+      if (s.seen[r]) rows.push_back(r);
+    }
+    if (!rows.empty()) partial.push_back({{"id", id}, {"trained", rows}});
+  }
+  j["partial"] = partial;
+  j["reassigned"] = counts_.splits_reassigned;
+  j["rows_twice"] = counts_.rows_twice;
+  j["workers_lost"] = counts_.workers_lost;
+  return j.dump();
+}
+
+absl::Status SplitLedger::Restore(const std::string& state) {
+  auto bad = [](const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat("split ledger state: ", what));
+  };
+  absl::StatusOr<nlohmann::json> parsed = ParseJson(state);
+  if (!parsed.ok()) return bad(std::string(parsed.status().message()));
+  const nlohmann::json& j = *parsed;
+  if (!j.is_object() || !j.value("splits", nlohmann::json()).is_number_integer() ||
+      !j.value("epochs", nlohmann::json()).is_number_integer() ||
+      !j.value("next_epoch", nlohmann::json()).is_number_integer() ||
+      !j.value("done", nlohmann::json()).is_string() ||
+      !j.value("partial", nlohmann::json()).is_array()) {
+    return bad("malformed");
+  }
+  if (j["splits"].get<int64_t>() != num_splits_ || j["epochs"].get<int>() != options_.epochs) {
+    return bad(absl::StrCat("of ", j["splits"].get<int64_t>(), " splits and ",
+                            j["epochs"].get<int>(), " epochs, this job has ", num_splits_,
+                            " and ", options_.epochs, " (the data or the epochs changed)"));
+  }
+  const int next_epoch = j["next_epoch"].get<int>();
+  const std::string done = j["done"].get<std::string>();
+  if (next_epoch < 0 || next_epoch > options_.epochs ||
+      done.size() != (done_.size() + 3) / 4) {
+    return bad("malformed");
+  }
+  std::vector<bool> done_bits(done_.size(), false);
+  for (size_t i = 0; i < done.size(); ++i) {
+    const char c = done[i];
+    const int nibble = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (nibble < 0) return bad("malformed");
+    for (size_t k = 0; k < 4 && 4 * i + k < done_bits.size(); ++k) {
+      done_bits[4 * i + k] = (nibble >> k) & 1;
+    }
+  }
+  std::map<int64_t, Split> open;
+  for (const nlohmann::json& p : j["partial"]) {
+    if (!p.is_object() || !p.value("id", nlohmann::json()).is_number_integer() ||
+        !p.value("trained", nlohmann::json()).is_array()) {
+      return bad("malformed");
+    }
+    const int64_t id = p["id"].get<int64_t>();
+    if (id < 0 || id >= static_cast<int64_t>(done_bits.size()) || done_bits[id]) {
+      return bad(absl::StrCat("partial split ", id));
+    }
+    Split s;
+    s.rows = options_.split_rows[id % num_splits_];
+    s.dealt_before = true;
+    s.seen.assign(static_cast<size_t>(s.rows), false);
+    for (const nlohmann::json& r : p["trained"]) {
+      if (!r.is_number_integer() || r.get<int64_t>() < 0 || r.get<int64_t>() >= s.rows ||
+          s.seen[r.get<int64_t>()]) {
+        return bad(absl::StrCat("partial split ", id, ": a bad row"));
+      }
+      s.seen[r.get<int64_t>()] = true;
+      ++s.trained;
+    }
+    open.emplace(id, std::move(s));
+  }
+  absl::MutexLock lock(&mu_);
+  done_ = std::move(done_bits);
+  open_ = std::move(open);
+  pool_.clear();
+  std::fill(held_.begin(), held_.end(), 0);
+  std::fill(inflight_.begin(), inflight_.end(), 0);
+  // The epochs begun: their splits not done, the partly trained first.
+  for (const auto& [id, s] : open_) pool_.push_back(id);
+  for (int e = 0; e < next_epoch; ++e) {
+    for (int64_t id : EpochOrder(e)) {
+      if (!done_[id] && open_.count(id) == 0) pool_.push_back(id);
+    }
+  }
+  next_epoch_ = next_epoch;
+  Counts c;
+  c.splits = num_splits_;
+  c.epoch = std::max(0, next_epoch - 1);
+  c.splits_reassigned = j.value("reassigned", int64_t{0});
+  c.rows_twice = j.value("rows_twice", int64_t{0});
+  c.workers_lost = j.value("workers_lost", int64_t{0});
+  int64_t rows_left = 0;
+  for (int64_t id = 0; id < static_cast<int64_t>(done_.size()); ++id) {
+    if (done_[id]) {
+      ++c.splits_done;
+      c.rows_trained += options_.split_rows[id % num_splits_];
+    } else {
+      rows_left += options_.split_rows[id % num_splits_];
+    }
+  }
+  for (const auto& [id, s] : open_) {
+    rows_left -= s.trained;
+    c.rows_trained += s.trained;
+  }
+  c.rows_left = rows_left;
+  counts_ = c;
+  return absl::OkStatus();
+}
+
+}  // namespace pstrain

@@ -1,0 +1,257 @@
+#include "coordinator/split_ledger.h"
+
+#include <map>
+#include <set>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace pstrain {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A worker as the ledger sees it: it reads the splits it is dealt (leaving out their skipped
+// rows) and trains batches of what it holds.
+class FakeWorker {
+ public:
+  FakeWorker(int index, const std::vector<int64_t>& split_rows)
+      : index_(index), split_rows_(split_rows) {}
+
+  // One closure: dealt, then a batch of up to `batch` rows. Returns the rows' ids.
+  std::vector<int64_t> Run(SplitLedger& ledger, int64_t batch) {
+    std::vector<Tensor> extra = ledger.Deal(index_);
+    EXPECT_EQ(extra.size(), 1u);
+    absl::StatusOr<std::vector<DealtSplit>> dealt = ParseDeal(extra[0]);
+    EXPECT_TRUE(dealt.ok()) << dealt.status();
+    const int64_t n = static_cast<int64_t>(split_rows_.size());
+    for (const DealtSplit& d : *dealt) {
+      std::set<int64_t> skip(d.skip.begin(), d.skip.end());
+      for (int64_t r = 0; r < split_rows_[d.id % n]; ++r) {
+        if (skip.count(r) == 0) held_.push_back(RowId(d.id, r));
+      }
+    }
+    std::vector<int64_t> rows;
+    while (static_cast<int64_t>(rows.size()) < batch && !held_.empty()) {
+      rows.push_back(held_.front());
+      held_.erase(held_.begin());
+    }
+    return rows;
+  }
+  void Complete(SplitLedger& ledger, const std::vector<int64_t>& rows) {
+    ledger.Completed(index_, {Tensor::Scalar<float>(0), Tensor::Scalar<int64_t>(0),
+                              Tensor::Scalar<float>(0), Tensor::FromVector(rows)});
+  }
+  void Crash() { held_.clear(); }
+  int64_t held() const { return static_cast<int64_t>(held_.size()); }
+
+ private:
+  const int index_;
+  const std::vector<int64_t> split_rows_;
+  std::vector<int64_t> held_;
+};
+
+SplitLedgerOptions Options(std::vector<int64_t> rows, int workers) {
+  SplitLedgerOptions o;
+  o.split_rows = std::move(rows);
+  o.num_workers = workers;
+  o.batch_size = 8;
+  o.hold_rows = 20;
+  return o;
+}
+
+// Every row id trained, with how many times.
+using Seen = std::map<int64_t, int>;
+
+void Train(SplitLedger& ledger, std::vector<FakeWorker>& workers, Seen* seen, int64_t batch) {
+  for (int round = 0; round < 10000; ++round) {
+    bool any = false;
+    for (size_t w = 0; w < workers.size(); ++w) {
+      if (!ledger.CanTake(static_cast<int>(w))) continue;
+      std::vector<int64_t> rows = workers[w].Run(ledger, batch);
+      workers[w].Complete(ledger, rows);
+      for (int64_t r : rows) ++(*seen)[r];
+      any = any || !rows.empty();
+    }
+    if (!any && ledger.PendingSteps() == 0) return;
+  }
+  FAIL() << "training did not end";
+}
+
+TEST(SplitLedgerTest, NoFailure_EveryRowExactlyOnce) {
+  const std::vector<int64_t> rows = {10, 0, 7, 25, 3, 16, 9};
+  absl::StatusOr<std::shared_ptr<SplitLedger>> ledger = SplitLedger::Create(Options(rows, 2));
+  ASSERT_TRUE(ledger.ok()) << ledger.status();
+  std::vector<FakeWorker> workers = {FakeWorker(0, rows), FakeWorker(1, rows)};
+  Seen seen;
+  Train(**ledger, workers, &seen, 8);
+  EXPECT_EQ(seen.size(), 70u);
+  for (const auto& [id, times] : seen) EXPECT_EQ(times, 1) << id;
+  const SplitLedger::Counts c = (*ledger)->counts();
+  EXPECT_EQ(c.rows_trained, 70);
+  EXPECT_EQ(c.rows_twice, 0);
+  EXPECT_EQ(c.rows_left, 0);
+  EXPECT_EQ(c.splits_done, 7);
+  EXPECT_EQ(c.splits_reassigned, 0);
+  EXPECT_EQ((*ledger)->PendingSteps(), 0);
+}
+
+TEST(SplitLedgerTest, TwoEpochs_EachRowOncePerEpochInItsOwnOrder) {
+  const std::vector<int64_t> rows = {5, 5, 5, 5, 5, 5};
+  SplitLedgerOptions o = Options(rows, 1);
+  o.epochs = 2;
+  o.hold_rows = 1;  // one split at a time: the deal order is visible
+  absl::StatusOr<std::shared_ptr<SplitLedger>> ledger = SplitLedger::Create(o);
+  ASSERT_TRUE(ledger.ok());
+  std::vector<FakeWorker> workers = {FakeWorker(0, rows)};
+  std::vector<int64_t> order;
+  Seen seen;
+  for (int i = 0; i < 100 && (*ledger)->PendingSteps() > 0; ++i) {
+    std::vector<int64_t> got = workers[0].Run(**ledger, 5);
+    for (int64_t r : got) ++seen[r];
+    if (!got.empty()) order.push_back(RowIdSplit(got[0]) % 6);
+    workers[0].Complete(**ledger, got);
+  }
+  EXPECT_EQ(seen.size(), 60u);  // 30 rows, each under both epochs' ids
+  ASSERT_EQ(order.size(), 12u);
+  EXPECT_EQ(std::set<int64_t>(order.begin(), order.begin() + 6).size(), 6u);
+  EXPECT_EQ(std::set<int64_t>(order.begin() + 6, order.end()).size(), 6u);
+  EXPECT_NE(std::vector<int64_t>(order.begin(), order.begin() + 6),
+            std::vector<int64_t>(order.begin() + 6, order.end()));
+}
+
+TEST(SplitLedgerTest, WorkerLost_ItsUntrainedRowsDealtAgainWithoutTheTrainedOnes) {
+  const std::vector<int64_t> rows = {12, 12, 12, 12, 12};
+  absl::StatusOr<std::shared_ptr<SplitLedger>> ledger = SplitLedger::Create(Options(rows, 2));
+  ASSERT_TRUE(ledger.ok());
+  std::vector<FakeWorker> workers = {FakeWorker(0, rows), FakeWorker(1, rows)};
+  Seen seen;
+  // Worker 1 trains one batch, completes it; its second batch trains (reaches the ps) but the
+  // worker dies before its closure completes.
+  std::vector<int64_t> first = workers[1].Run(**ledger, 8);
+  workers[1].Complete(**ledger, first);
+  for (int64_t r : first) ++seen[r];
+  std::vector<int64_t> lost = workers[1].Run(**ledger, 8);
+  (*ledger)->Returned(1);
+  for (int64_t r : lost) ++seen[r];
+  workers[1].Crash();
+  (*ledger)->WorkerLost(1);
+  std::vector<FakeWorker> survivors = {FakeWorker(0, rows)};
+  // Worker 1 is gone for good: only worker 0 asks.
+  for (int i = 0; i < 100 && (*ledger)->PendingSteps() > 0; ++i) {
+    ASSERT_TRUE((*ledger)->CanTake(0));
+    std::vector<int64_t> got = survivors[0].Run(**ledger, 8);
+    survivors[0].Complete(**ledger, got);
+    for (int64_t r : got) ++seen[r];
+  }
+  EXPECT_EQ(seen.size(), 60u);
+  int twice = 0;
+  for (const auto& [id, times] : seen) twice += times - 1;
+  EXPECT_EQ(twice, 8);  // the lost closure's batch, and nothing else
+  const SplitLedger::Counts c = (*ledger)->counts();
+  EXPECT_EQ(c.rows_trained, 60);
+  EXPECT_EQ(c.rows_twice, 0);  // the lost batch was never reported
+  EXPECT_GE(c.splits_reassigned, 1);
+  EXPECT_EQ(c.workers_lost, 1);
+}
+
+TEST(SplitLedgerTest, LateReportOfALostWorker_CountedAsTwice) {
+  const std::vector<int64_t> rows = {10};
+  absl::StatusOr<std::shared_ptr<SplitLedger>> ledger = SplitLedger::Create(Options(rows, 2));
+  ASSERT_TRUE(ledger.ok());
+  FakeWorker w0(0, rows), w1(1, rows);
+  std::vector<int64_t> late = w1.Run(**ledger, 4);
+  (*ledger)->WorkerLost(1);  // declared lost, but its closure still completes
+  std::vector<int64_t> all = w0.Run(**ledger, 10);
+  EXPECT_EQ(all.size(), 10u);
+  w1.Complete(**ledger, late);
+  w0.Complete(**ledger, all);
+  EXPECT_EQ((*ledger)->counts().rows_twice, 4);
+  EXPECT_EQ((*ledger)->counts().rows_left, 0);
+}
+
+TEST(SplitLedgerTest, CanTake_WorkerWithoutRowsWaitsWhileOthersHoldTheLast) {
+  const std::vector<int64_t> rows = {6};
+  absl::StatusOr<std::shared_ptr<SplitLedger>> ledger = SplitLedger::Create(Options(rows, 2));
+  ASSERT_TRUE(ledger.ok());
+  FakeWorker w0(0, rows);
+  EXPECT_TRUE((*ledger)->CanTake(1));
+  std::vector<int64_t> got = w0.Run(**ledger, 4);  // w0 holds all 6, 4 in its running closure
+  EXPECT_FALSE((*ledger)->CanTake(1));  // nothing to deal; the rows are w0's
+  EXPECT_FALSE((*ledger)->CanTake(0));  // its held rows are all in its closure (6 <= 1 * 8)
+  w0.Complete(**ledger, got);
+  EXPECT_TRUE((*ledger)->CanTake(0));  // 2 left, none in flight
+  EXPECT_FALSE((*ledger)->CanTake(1));
+  EXPECT_EQ((*ledger)->PendingSteps(), 1);
+  got = w0.Run(**ledger, 4);
+  w0.Complete(**ledger, got);
+  EXPECT_TRUE((*ledger)->CanTake(1));  // all trained: closures run (and train nothing)
+  EXPECT_EQ((*ledger)->PendingSteps(), 0);
+}
+
+TEST(SplitLedgerTest, StateRestore_ContinuesTheEpochWithoutRepeats) {
+  const std::vector<int64_t> rows = {9, 14, 3, 20, 11, 6};
+  SplitLedgerOptions o = Options(rows, 2);
+  o.epochs = 2;
+  absl::StatusOr<std::shared_ptr<SplitLedger>> ledger = SplitLedger::Create(o);
+  ASSERT_TRUE(ledger.ok());
+  std::vector<FakeWorker> workers = {FakeWorker(0, rows), FakeWorker(1, rows)};
+  Seen seen;
+  for (int i = 0; i < 5; ++i) {
+    for (int w = 0; w < 2; ++w) {
+      std::vector<int64_t> got = workers[w].Run(**ledger, 8);
+      workers[w].Complete(**ledger, got);
+      for (int64_t r : got) ++seen[r];
+    }
+  }
+  const std::string state = (*ledger)->State();
+  // The job stops (the workers' buffers go with it) and resumes from the checkpoint.
+  absl::StatusOr<std::shared_ptr<SplitLedger>> resumed = SplitLedger::Create(o);
+  ASSERT_TRUE(resumed.ok());
+  ASSERT_TRUE((*resumed)->Restore(state).ok());
+  EXPECT_EQ((*resumed)->counts().rows_trained, 80);
+  std::vector<FakeWorker> fresh = {FakeWorker(0, rows), FakeWorker(1, rows)};
+  Train(**resumed, fresh, &seen, 8);
+  EXPECT_EQ(seen.size(), 126u);
+  for (const auto& [id, times] : seen) EXPECT_EQ(times, 1) << id;
+  EXPECT_EQ((*resumed)->counts().rows_left, 0);
+}
+
+TEST(SplitLedgerTest, Restore_OtherDataOrMalformed_Rejected) {
+  absl::StatusOr<std::shared_ptr<SplitLedger>> a = SplitLedger::Create(Options({5, 5}, 1));
+  absl::StatusOr<std::shared_ptr<SplitLedger>> b = SplitLedger::Create(Options({5, 5, 5}, 1));
+  ASSERT_TRUE(a.ok() && b.ok());
+  absl::Status s = (*b)->Restore((*a)->State());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("the data or the epochs changed"));
+  EXPECT_EQ((*a)->Restore("{not json").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*a)->Restore(R"({"splits":2,"epochs":1,"next_epoch":1,"done":"z","partial":[]})")
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(SplitLedgerTest, Create_BadOptions_NameWhatIsWrong) {
+  EXPECT_THAT(std::string(SplitLedger::Create(Options({0, 0}, 1)).status().message()),
+              HasSubstr("no training rows"));
+  EXPECT_THAT(std::string(SplitLedger::Create(Options({-1}, 1)).status().message()),
+              HasSubstr("split 0 has -1 rows"));
+  SplitLedgerOptions o = Options({3}, 1);
+  o.epochs = 0;
+  EXPECT_THAT(std::string(SplitLedger::Create(o).status().message()), HasSubstr("epochs 0"));
+}
+
+TEST(SplitLedgerTest, ParseDeal_RoundTripsAndRejectsMalformed) {
+  std::vector<DealtSplit> in = {{3, {}}, {7, {0, 4, 5}}};
+  absl::StatusOr<std::vector<DealtSplit>> out = ParseDeal(EncodeDeal(in));
+  ASSERT_TRUE(out.ok());
+  ASSERT_EQ(out->size(), 2u);
+  EXPECT_EQ((*out)[1].id, 7);
+  EXPECT_EQ((*out)[1].skip, (std::vector<int64_t>{0, 4, 5}));
+  EXPECT_FALSE(ParseDeal(Tensor::FromVector(std::vector<int64_t>{2, 3, 0})).ok());
+  EXPECT_FALSE(ParseDeal(Tensor::FromVector(std::vector<int64_t>{1, 3, 5, 1})).ok());
+  EXPECT_FALSE(ParseDeal(Tensor::FromVector(std::vector<float>{1})).ok());
+}
+
+}  // namespace
+}  // namespace pstrain
