@@ -1,5 +1,6 @@
 #include "coordinator/cluster_coordinator.h"
 
+#include <algorithm>
 #include <deque>
 #include <thread>
 
@@ -62,6 +63,10 @@ struct Closure {
   RunClosureResponse response;
   std::shared_ptr<ValueState> value;
   int ps_retries = 0;
+  // Its dealer (null: none), and how many of request.args are the closure's own (the rest were
+  // dealt for the worker it last went to).
+  std::shared_ptr<ClosureDealer> dealer;
+  int own_args = 0;
 };
 
 // A failure of the worker (not of the closure): the closure goes back in the queue.
@@ -90,6 +95,7 @@ class ClusterCoordinatorImpl final : public ClusterCoordinator {
                                                   options.staleness_scaling);
     for (auto& c : clients) {
       auto w = std::make_unique<Worker>();
+      w->index = static_cast<int>(workers_.size());
       w->client = std::move(c);
       workers_.push_back(std::move(w));
     }
@@ -155,15 +161,22 @@ class ClusterCoordinatorImpl final : public ClusterCoordinator {
   }
 
   absl::StatusOr<RemoteValue> Schedule(const std::string& name, std::vector<Tensor> args,
-                                       std::vector<PerWorkerDataset> datasets) override {
+                                       std::vector<PerWorkerDataset> datasets,
+                                       std::shared_ptr<ClosureDealer> dealer) override {
     auto closure = std::make_shared<Closure>();
     closure->request.set_closure(name);
     for (const Tensor& t : args) ToProto(t, closure->request.add_args());
+    closure->own_args = closure->request.args_size();
     for (const PerWorkerDataset& d : datasets) closure->request.add_resource_ids(d.resource_id);
     closure->value = std::make_shared<ValueState>();
+    closure->dealer = std::move(dealer);
 
     absl::MutexLock lock(&mu_);
     RETURN_IF_ERROR(TakeErrorLocked());
+    if (closure->dealer != nullptr &&
+        std::find(dealers_.begin(), dealers_.end(), closure->dealer) == dealers_.end()) {
+      dealers_.push_back(closure->dealer);
+    }
     mu_.Await(absl::Condition(
         +[](ClusterCoordinatorImpl* self) ABSL_NO_THREAD_SAFETY_ANALYSIS {
           return self->stopping_ ||
@@ -266,6 +279,7 @@ class ClusterCoordinatorImpl final : public ClusterCoordinator {
 
  private:
   struct Worker {
+    int index = 0;
     std::unique_ptr<WorkerClient> client;
     std::thread thread;
     // Guarded by the coordinator's mu_.
@@ -417,12 +431,28 @@ class ClusterCoordinatorImpl final : public ClusterCoordinator {
 
   void MarkFailed(Worker* w, const absl::Status& why) {
     absl::MutexLock lock(&mu_);
-    if (w->healthy) {
-      w->healthy = false;
-      Count(worker_failures_);
-      LOG(WARNING) << w->client->name() << " failed (" << why.message()
-                   << "); its closures run elsewhere until it is back";
+    MarkFailedLocked(w, why);
+  }
+
+  void MarkFailedLocked(Worker* w, const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!w->healthy) return;
+    w->healthy = false;
+    Count(worker_failures_);
+    LOG(WARNING) << w->client->name() << " failed (" << why.message()
+                 << "); its closures run elsewhere until it is back";
+    // What the dealers gave it is gone with it (a worker that comes back has fresh resources).
+    for (const auto& d : dealers_) d->WorkerLost(w->index);
+  }
+
+  // The index in the queue of the first closure `w` may take, or -1.
+  int NextForLocked(const Worker* w) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (size_t i = 0; i < queue_.size(); ++i) {
+      const ClosureDealer* d = queue_[i]->dealer.get();
+      if (d == nullptr || const_cast<ClosureDealer*>(d)->CanTake(w->index)) {
+        return static_cast<int>(i);
+      }
     }
+    return -1;
   }
 
   // Reconnects with backoff until the worker answers, then re-creates its per-worker resources.
@@ -495,15 +525,22 @@ class ClusterCoordinatorImpl final : public ClusterCoordinator {
           auto ready = [this, w]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
             return stopping_ || !w->healthy ||
                    (!HeldLocked() && !queue_.empty() &&
-                    w->inflight < options_.max_inflight_per_worker);
+                    w->inflight < options_.max_inflight_per_worker && NextForLocked(w) >= 0);
           };
           mu_.Await(absl::Condition(&ready));
           if (stopping_) return;
           if (!w->healthy) break;
-          c = std::move(queue_.front());
-          queue_.pop_front();
+          const auto at = queue_.begin() + NextForLocked(w);
+          c = std::move(*at);
+          queue_.erase(at);
           ++w->inflight;
           c->request.set_worker_incarnation(w->incarnation);
+          if (c->dealer != nullptr) {
+            // Dealt afresh for this worker: what an earlier try carried went with that try.
+            c->request.mutable_args()->DeleteSubrange(c->own_args,
+                                                      c->request.args_size() - c->own_args);
+            for (const Tensor& t : c->dealer->Deal(w->index)) ToProto(t, c->request.add_args());
+          }
         }
         c->response.Clear();
         w->client->RunClosureAsync(&c->request, &c->response,
@@ -527,13 +564,15 @@ class ClusterCoordinatorImpl final : public ClusterCoordinator {
     }
     absl::MutexLock lock(&mu_);
     --w->inflight;
-    if (!s.ok() && IsWorkerFailure(s)) {
-      if (w->healthy) {
-        w->healthy = false;
-        Count(worker_failures_);
-        LOG(WARNING) << w->client->name() << " failed (" << s.message()
-                     << "); its closures run elsewhere until it is back";
+    if (c->dealer != nullptr) {
+      if (s.ok()) {
+        c->dealer->Completed(w->index, outputs);
+      } else {
+        c->dealer->Returned(w->index);
       }
+    }
+    if (!s.ok() && IsWorkerFailure(s)) {
+      MarkFailedLocked(w, s);
       RequeueLocked(c, /*front=*/true);
       return;
     }
@@ -618,6 +657,8 @@ class ClusterCoordinatorImpl final : public ClusterCoordinator {
   int64_t ps_checks_done_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t next_resource_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::vector<CreateResourceRequest> resources_ ABSL_GUARDED_BY(mu_);
+  // Every dealer a closure was scheduled with (told of lost workers).
+  std::vector<std::shared_ptr<ClosureDealer>> dealers_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

@@ -26,6 +26,7 @@
 #include "common/metrics.h"
 #include "common/tensor.h"
 #include "cluster/cluster_spec.h"
+#include "coordinator/closure_dealer.h"
 #include "coordinator/variable_creator.h"
 #include "coordinator/worker_client.h"
 #include "worker/ps_connection.h"
@@ -107,10 +108,13 @@ class ClusterCoordinator {
   virtual ~ClusterCoordinator() = default;
 
   // Queues closure `name` with `args` (and per-worker `datasets`) and returns its value at once;
-  // blocks while the queue is full. Errors: a pending error from an earlier closure (returned once;
-  // nothing is scheduled then).
+  // blocks while the queue is full. With a `dealer` (coordinator/closure_dealer.h), the closure goes
+  // only to a worker the dealer lets take it, with the dealer's extra arguments after `args`, and
+  // the dealer hears how it ended and which workers were lost. Errors: a pending error from an
+  // earlier closure (returned once; nothing is scheduled then).
   virtual absl::StatusOr<RemoteValue> Schedule(const std::string& name, std::vector<Tensor> args,
-                                               std::vector<PerWorkerDataset> datasets = {}) = 0;
+                                               std::vector<PerWorkerDataset> datasets = {},
+                                               std::shared_ptr<ClosureDealer> dealer = nullptr) = 0;
   // Blocks until every scheduled closure has finished; returns the first closure error (once).
   virtual absl::Status Join() = 0;
   // Whether every scheduled closure has finished; the first closure error (once) instead.

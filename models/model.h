@@ -146,6 +146,20 @@ class Model {
   virtual absl::StatusOr<std::string> ServingConfig() const {
     return absl::UnimplementedError(absl::StrCat(name(), " can't be served outside the cluster"));
   }
+
+  // Models whose data the coordinator deals (coordinator/split_ledger.h): once the trainer ran
+  // total_steps(), how many more steps the data not yet trained needs (the epoch ends when its
+  // last row is trained, not at a count of steps: batches can come short at the end); the trainer
+  // runs them and asks again, until 0. Default 0.
+  virtual int64_t PendingSteps() const { return 0; }
+
+  // What the model keeps of its own in a checkpoint (e.g. which data of the epoch was trained),
+  // by key, and its restore (a resumed run, before its first step). Errors (RestoreState):
+  // kInvalidArgument for a state of other data. Default: nothing.
+  virtual std::map<std::string, std::string> CheckpointState() const { return {}; }
+  virtual absl::Status RestoreState(const std::map<std::string, std::string>& state) {
+    return absl::OkStatus();
+  }
 };
 
 }  // namespace pstrain

@@ -246,6 +246,7 @@ class TrainingLoop {
           "checkpoint ", restored.path, " is of model ", it->second, ", not ", model_->name()));
     }
     start_ = std::min(restored.step, total_);
+    RETURN_IF_ERROR(model_->RestoreState(restored.state));
     it = restored.state.find(kExamplesState);
     if (it != restored.state.end()) (void)absl::SimpleAtoi(it->second, &examples_before_);
     result_.restored_from = restored.path;
@@ -311,7 +312,33 @@ class TrainingLoop {
       }
     }
     RETURN_IF_ERROR(CollectAll());
-    return coordinator_->Join();
+    RETURN_IF_ERROR(coordinator_->Join());
+    return TrainPendingSteps(stop);
+  }
+
+  // Models whose data the coordinator deals (Model::PendingSteps): once their steps ran, the epoch
+  // ends when its last row is trained; batches that came short leave a few steps to run.
+  absl::Status TrainPendingSteps(bool stop) {
+    if (stop || result_.stopped_early || end_ != total_) return absl::OkStatus();
+    constexpr int kMaxRounds = 64;
+    for (int round = 0;; ++round) {
+      const int64_t more = model_->PendingSteps();
+      if (more == 0) return absl::OkStatus();
+      if (round == kMaxRounds) {
+        return absl::InternalError(absl::StrCat(
+            model_->name(), ": data not yet trained after ", kMaxRounds,
+            " rounds of extra steps (", more, " more asked)"));
+      }
+      for (int64_t i = 0; i < more; ++i) {
+        const int64_t step = end_ + i;
+        ASSIGN_OR_RETURN(RemoteValue value, model_->ScheduleStep(coordinator_.get(), step));
+        pending_.emplace_back(step, std::move(value));
+      }
+      RETURN_IF_ERROR(CollectAll());
+      RETURN_IF_ERROR(coordinator_->Join());
+      end_ += more;
+      total_ += more;
+    }
   }
 
   // The oldest scheduled step's {loss, examples}: counted, reported, summarized.
@@ -427,6 +454,7 @@ class TrainingLoop {
     std::map<std::string, std::string> state = watcher_->State();
     state[kExamplesState] = absl::StrCat(examples_);
     state[kModelState] = model_->name();
+    for (auto& [key, value] : model_->CheckpointState()) state[key] = std::move(value);
     if (serving_.ok()) state[kServingState] = *serving_;
     if (final_save) state[kFinalState] = "1";
     if (result_.stopped_early) state[kStoppedEarlyState] = "1";

@@ -20,6 +20,7 @@ void Batch::Resize(int64_t rows, const ExampleLayout& layout) {
   keys.resize(rows * layout.num_slots);
   dense.resize(rows * layout.num_dense);
   labels.resize(rows);
+  if (!ids.empty()) ids.resize(rows);
 }
 
 ExampleRef Batch::At(int64_t i, const ExampleLayout& layout) {
@@ -234,6 +235,127 @@ absl::Status TrainStream::Next(int64_t step, int64_t n, Batch* out) {
     ++i;
   }
   return absl::OkStatus();
+}
+
+DealtStream::DealtStream(DataContext* context, std::vector<Range> splits, Options options)
+    : context_(context),
+      splits_(std::move(splits)),
+      options_(options),
+      layout_(context->transformer().layout()) {
+  absl::MutexLock lock(&mu_);
+  rng_.seed(MixKey(static_cast<int64_t>(context_->options().seed)) ^
+            MixKey(options_.worker * 7919 + 3));
+}
+
+ExampleRef DealtStream::SlotLocked(int64_t slot) {
+  return ExampleRef{keys_.data() + slot * layout_.num_slots,
+                    dense_.data() + slot * layout_.num_dense, labels_.data() + slot};
+}
+
+void DealtStream::GrowLocked(int64_t size) {
+  if (static_cast<int64_t>(labels_.size()) >= size) return;
+  keys_.resize(size * layout_.num_slots);
+  dense_.resize(size * layout_.num_dense);
+  labels_.resize(size);
+  ids_.resize(size);
+}
+
+absl::Status DealtStream::AddSplits(const std::vector<DealtSplit>& dealt) {
+  absl::MutexLock lock(&mu_);
+  for (const DealtSplit& d : dealt) {
+    if (splits_.empty() || d.id < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("dealt split ", d.id, " is out of range"));
+    }
+    dealt_.push_back(d);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> DealtStream::ReadOneLocked() {
+  const size_t cycle = static_cast<size_t>(std::max(1, options_.interleave));
+  while (true) {
+    while (open_.size() < cycle && !dealt_.empty()) {
+      OpenSplit o;
+      o.id = dealt_.front().id;
+      o.skip = std::move(dealt_.front().skip);
+      dealt_.pop_front();
+      const Range& range = splits_[static_cast<size_t>(o.id) % splits_.size()];
+      ASSIGN_OR_RETURN(o.reader, RangeReader::Open(context_, range, Split::kTrain));
+      open_.push_back(std::move(o));
+    }
+    if (open_.empty()) return false;
+    const size_t at = turn_ % open_.size();
+    OpenSplit& o = open_[at];
+    GrowLocked(size_ + 1);
+    ASSIGN_OR_RETURN(bool got, o.reader->Next(SlotLocked(size_)));
+    if (!got) {
+      open_.erase(open_.begin() + static_cast<std::ptrdiff_t>(at));
+      continue;
+    }
+    const int64_t row = o.row++;
+    if (o.next_skip < o.skip.size() && o.skip[o.next_skip] == row) {
+      ++o.next_skip;  // trained already (by a closure that completed elsewhere)
+      continue;
+    }
+    ids_[size_] = RowId(o.id, row);
+    ++size_;
+    ++turn_;
+    return true;
+  }
+}
+
+absl::Status DealtStream::Next(int64_t n, Batch* out) {
+  absl::MutexLock lock(&mu_);
+  const int64_t capacity = std::max<int64_t>(1, options_.shuffle_buffer);
+  out->ids.assign(static_cast<size_t>(n), 0);
+  out->Resize(n, layout_);
+  int64_t i = 0;
+  while (i < n) {
+    while (size_ < capacity) {
+      ASSIGN_OR_RETURN(bool got, ReadOneLocked());
+      if (!got) break;
+    }
+    if (size_ == 0) break;  // no more dealt rows here
+    const int64_t j = static_cast<int64_t>(rng_() % static_cast<uint64_t>(size_));
+    ExampleRef dst = out->At(i, layout_);
+    const ExampleRef src = SlotLocked(j);
+    const size_t slot_bytes = sizeof(int64_t) * layout_.num_slots;
+    const size_t dense_bytes = sizeof(float) * layout_.num_dense;
+    if (slot_bytes > 0) std::memcpy(dst.keys, src.keys, slot_bytes);
+    if (dense_bytes > 0) std::memcpy(dst.dense, src.dense, dense_bytes);
+    *dst.label = *src.label;
+    out->ids[i] = ids_[j];
+    const int64_t last = size_ - 1;
+    if (j != last) {
+      const ExampleRef l = SlotLocked(last);
+      if (slot_bytes > 0) std::memcpy(src.keys, l.keys, slot_bytes);
+      if (dense_bytes > 0) std::memcpy(src.dense, l.dense, dense_bytes);
+      *src.label = *l.label;
+      ids_[j] = ids_[last];
+    }
+    --size_;
+    ++i;
+  }
+  out->Resize(i, layout_);
+  return absl::OkStatus();
+}
+
+void DealtStream::PutBack(const Batch& batch) {
+  if (batch.ids.size() != static_cast<size_t>(batch.n)) return;
+  absl::MutexLock lock(&mu_);
+  GrowLocked(size_ + batch.n);
+  const size_t slot_bytes = sizeof(int64_t) * layout_.num_slots;
+  const size_t dense_bytes = sizeof(float) * layout_.num_dense;
+  for (int64_t i = 0; i < batch.n; ++i) {
+    const ExampleRef dst = SlotLocked(size_);
+    if (slot_bytes > 0) std::memcpy(dst.keys, batch.keys.data() + i * layout_.num_slots, slot_bytes);
+    if (dense_bytes > 0) {
+      std::memcpy(dst.dense, batch.dense.data() + i * layout_.num_dense, dense_bytes);
+    }
+    *dst.label = batch.labels[i];
+    ids_[size_] = batch.ids[i];
+    ++size_;
+  }
 }
 
 }  // namespace tabular

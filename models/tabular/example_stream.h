@@ -20,6 +20,7 @@
 #define PSTRAIN_MODELS_TABULAR_EXAMPLE_STREAM_H_
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <random>
@@ -29,6 +30,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "coordinator/split_ledger.h"
 #include "models/data/csv_records.h"
 #include "models/tabular/data_plan.h"
 #include "models/tabular/transforms.h"
@@ -42,6 +44,7 @@ struct Batch {
   std::vector<int64_t> keys;   // n * num_slots
   std::vector<float> dense;    // n * num_dense
   std::vector<float> labels;   // n
+  std::vector<int64_t> ids;    // n row ids (coordinator/split_ledger.h, RowId); DealtStream only
   void Resize(int64_t rows, const ExampleLayout& layout);
   ExampleRef At(int64_t i, const ExampleLayout& layout);
 };
@@ -156,6 +159,62 @@ class TrainStream {
   bool loaded_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<int64_t> permutation_ ABSL_GUARDED_BY(mu_);
   int64_t cursor_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// A worker's training examples from the splits the coordinator deals it (coordinator/
+// split_ledger.h): each closure brings the splits dealt with it (AddSplits), whose rows are read
+// into a shuffle buffer of `shuffle_buffer` examples, `interleave` splits at a time, and each batch
+// draws uniformly from the buffer (as TrainStream). Each example keeps its row id, which the closure
+// reports once it trained the batch; a closure that fails puts its batch back (PutBack). A batch is
+// short, or empty, when the buffer runs dry: the worker holds no more of the epoch's rows (the
+// ledger deals more with the next closure). Thread-safe.
+class DealtStream {
+ public:
+  struct Options {
+    int worker = 0;
+    int64_t shuffle_buffer = 65536;
+    int interleave = 64;
+  };
+  // `splits`: the plan's training ranges, which a dealt split's id indexes (id % splits.size()).
+  DealtStream(DataContext* context, std::vector<Range> splits, Options options);
+
+  // Takes the splits dealt with a closure. Errors: kInvalidArgument for an id out of range.
+  absl::Status AddSplits(const std::vector<DealtSplit>& dealt);
+  // Up to `n` examples (fewer when the worker's rows run out) into `out`, ids included. Errors:
+  // RangeReader's.
+  absl::Status Next(int64_t n, Batch* out);
+  // A batch taken by Next whose closure failed goes back into the buffer.
+  void PutBack(const Batch& batch);
+
+ private:
+  struct OpenSplit {
+    int64_t id = 0;
+    std::vector<int64_t> skip;  // ascending
+    size_t next_skip = 0;
+    int64_t row = 0;            // the next row's index among the split's training rows
+    std::unique_ptr<RangeReader> reader;
+  };
+  // Reads one example into the buffer's end; false when no dealt row is left to read.
+  absl::StatusOr<bool> ReadOneLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void GrowLocked(int64_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  ExampleRef SlotLocked(int64_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  DataContext* const context_;
+  const std::vector<Range> splits_;
+  const Options options_;
+  const ExampleLayout& layout_;
+
+  absl::Mutex mu_;
+  std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
+  std::deque<DealtSplit> dealt_ ABSL_GUARDED_BY(mu_);  // not opened yet
+  std::vector<OpenSplit> open_ ABSL_GUARDED_BY(mu_);
+  size_t turn_ ABSL_GUARDED_BY(mu_) = 0;
+  // The buffer: `size_` examples (capacity grows past shuffle_buffer only for a batch put back).
+  std::vector<int64_t> keys_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> dense_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> labels_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> ids_ ABSL_GUARDED_BY(mu_);
+  int64_t size_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace tabular

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -14,6 +15,7 @@
 #include "common/byte_size.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "coordinator/split_ledger.h"
 #include "models/batches.h"
 #include "models/devices.h"
 #include "models/tabular/data_plan.h"
@@ -84,7 +86,13 @@ struct TabularConfig {
   int dense_turns = 1;
   int data_shard = 0;  // a synchronous rank's part of the data (ModelOptions::data_shard)
   int data_shards = 1;
+  bool deal_splits = true;  // the coordinator deals the data (coordinator/split_ledger.h)
+  int64_t hold_rows = 0;    // rows dealt ahead per worker; 0: the default (DealtHoldRows)
+  std::string row_log;      // tests: where workers log the ids of the rows they train
 };
+
+// The key of the split ledger's state in a checkpoint.
+constexpr char kLedgerState[] = "tabular_split_ledger";
 
 class TabularModel final : public Model {
  public:
@@ -99,8 +107,11 @@ class TabularModel final : public Model {
     so.validation_fraction = config_.validation_fraction;
     so.seed = config_.seed;
     // A synchronous rank's coordinator has one worker (itself): its part of the data is one of
-    // the ranks' shares.
-    so.workers = config_.data_shards > 1 ? config_.data_shards : coordinator->num_workers();
+    // the ranks' shares. Dealt: one share, the splits of which the coordinator deals.
+    dealt_ = config_.deal_splits && config_.data_shards <= 1;
+    so.workers = config_.data_shards > 1 ? config_.data_shards
+                 : dealt_                 ? 1
+                                          : coordinator->num_workers();
     so.skip_bad_rows = config_.skip_bad_rows;
     const absl::Time scan_start = absl::Now();
     ASSIGN_OR_RETURN(plan_, tabular::Scan(spec_, so));
@@ -135,7 +146,51 @@ class TabularModel final : public Model {
     job["interleave"] = config_.interleave;
     job["device_kind"] = static_cast<int>(config_.devices.kind);
     job["dense_turns"] = config_.dense_turns;
+    if (dealt_) {
+      job["dealt"] = true;
+      if (!config_.row_log.empty()) job["row_log"] = config_.row_log;
+      SplitLedgerOptions lo;
+      for (const tabular::Range& r : plan_.shares[0]) lo.split_rows.push_back(r.train_rows);
+      lo.epochs = config_.epochs;
+      lo.seed = config_.seed;
+      lo.num_workers = coordinator->num_workers();
+      lo.batch_size = config_.batch_size;
+      lo.hold_rows = config_.hold_rows > 0
+                         ? config_.hold_rows
+                         : DealtHoldRows(plan_.rows[0], lo.num_workers, ShuffleBuffer(layout));
+      lo.rows_output = 3;
+      ASSIGN_OR_RETURN(ledger_, SplitLedger::Create(std::move(lo)));
+    }
     ASSIGN_OR_RETURN(dataset_, coordinator->CreatePerWorkerDataset(kTabularData, {Tensor::String(job.dump())}));
+    return absl::OkStatus();
+  }
+
+  // Rows dealt ahead to each worker: a shuffle buffer's worth, but at most a 32nd of a worker's
+  // part of the epoch (a slow worker's held rows are the epoch's tail), and at least 32 batches
+  // (enough for its closures in flight).
+  int64_t DealtHoldRows(int64_t train_rows, int workers, int64_t shuffle_buffer) const {
+    const int64_t part = train_rows / (32 * std::max(1, workers));
+    return std::max(std::min(shuffle_buffer, part), 32 * config_.batch_size);
+  }
+
+  int64_t PendingSteps() const override {
+    // A run cut short by max_steps ends where it was told to.
+    if (ledger_ == nullptr || total_steps_ < steps_per_epoch_ * config_.epochs) return 0;
+    return ledger_->PendingSteps();
+  }
+
+  std::map<std::string, std::string> CheckpointState() const override {
+    if (ledger_ == nullptr) return {};
+    return {{kLedgerState, ledger_->State()}};
+  }
+
+  absl::Status RestoreState(const std::map<std::string, std::string>& state) override {
+    auto it = state.find(kLedgerState);
+    if (ledger_ == nullptr || it == state.end()) return absl::OkStatus();
+    RETURN_IF_ERROR(ledger_->Restore(it->second));
+    const SplitLedger::Counts c = ledger_->counts();
+    LOG(INFO) << "tabular: the data ledger resumes at epoch " << c.epoch << ": " << c.splits_done
+              << " splits done, " << c.rows_trained << " rows trained, " << c.rows_left << " left";
     return absl::OkStatus();
   }
 
@@ -144,7 +199,8 @@ class TabularModel final : public Model {
   int64_t examples_per_step() const override { return config_.batch_size; }
 
   absl::StatusOr<RemoteValue> ScheduleStep(ClusterCoordinator* coordinator, int64_t step) override {
-    return coordinator->Schedule(kTabularTrain, {Tensor::Scalar<int64_t>(step)}, {dataset_});
+    return coordinator->Schedule(kTabularTrain, {Tensor::Scalar<int64_t>(step)}, {dataset_},
+                                 ledger_);
   }
 
   bool has_validation() const override { return plan_.rows[1] > 0; }
@@ -198,6 +254,16 @@ class TabularModel final : public Model {
                                              ShuffleBuffer(layout) * ExampleBytes(layout),
                                              " bytes) per worker");
     if (!plan_.notes.empty()) m.notes["data_notes"] = absl::StrJoin(plan_.notes, " | ");
+    if (ledger_ != nullptr) {
+      const SplitLedger::Counts c = ledger_->counts();
+      m.notes["data_splits"] = absl::StrCat(
+          c.splits, " per epoch, dealt on demand: ", c.splits_done, " done, ", c.splits_reassigned,
+          " dealt again after ", c.workers_lost, " lost worker(s); ", c.rows_trained,
+          " rows trained, ", c.rows_twice, " reported twice, ", c.rows_left, " left");
+      m.values["data_rows_trained"] = static_cast<double>(c.rows_trained);
+      m.values["data_rows_twice"] = static_cast<double>(c.rows_twice);
+      m.values["data_rows_left"] = static_cast<double>(c.rows_left);
+    }
     return m;
   }
 
@@ -359,6 +425,8 @@ class TabularModel final : public Model {
   }
 
   const TabularConfig config_;
+  bool dealt_ = false;
+  std::shared_ptr<SplitLedger> ledger_;  // null unless dealt_
   Spec spec_;
   DataPlan plan_;
   NetShape shape_;
@@ -378,6 +446,9 @@ absl::StatusOr<std::unique_ptr<Model>> CreateTabular(const ModelOptions& options
   ASSIGN_OR_RETURN(c.shuffle_buffer, extra.GetInt("shuffle_buffer", c.shuffle_buffer));
   ASSIGN_OR_RETURN(c.shuffle_memory, ParseByteSize(extra.GetString("shuffle_memory", "256M")));
   ASSIGN_OR_RETURN(int64_t interleave, extra.GetInt("interleave", c.interleave));
+  const std::string deal = extra.GetString("deal_splits", "true");
+  ASSIGN_OR_RETURN(c.hold_rows, extra.GetInt("hold_rows", 0));
+  c.row_log = extra.GetString("row_log", "");
   RETURN_IF_ERROR(extra.Finish());
   auto bad = [](absl::string_view what) {
     return absl::InvalidArgumentError(absl::StrCat(kTabularModel, ": ", what));
@@ -392,6 +463,11 @@ absl::StatusOr<std::unique_ptr<Model>> CreateTabular(const ModelOptions& options
   }
   if (c.shuffle_memory < (int64_t{1} << 20)) return bad("shuffle_memory must be at least 1M");
   if (interleave < 1 || interleave > 1024) return bad("interleave must be in [1, 1024]");
+  if (deal != "true" && deal != "false") {
+    return bad(absl::StrCat("deal_splits=", deal, " is not true or false"));
+  }
+  c.deal_splits = deal == "true";
+  if (c.hold_rows < 0) return bad("hold_rows must be >= 0 (0: the default)");
   if (options.devices.replicas > 1) {
     return bad(absl::StrCat("runs one replica per worker (asked: ", options.devices.replicas,
                             "); use more workers instead"));

@@ -1,7 +1,10 @@
 #include "models/tabular/tabular_model_worker.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <utility>
@@ -9,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/json_parse.h"
 #include "common/status_macros.h"
+#include "coordinator/split_ledger.h"
 #include "models/batches.h"
 #include "models/tabular/data_plan.h"
 #include "models/tabular/example_stream.h"
@@ -114,7 +118,15 @@ class TabularResource : public Dataset {
       return absl::InvalidArgumentError(
           absl::StrCat(kTabularData, ": batch_size ", r->batch_size_, " < 1"));
     }
-    if (worker < 0 || worker >= static_cast<int>(r->plan_.shares.size())) {
+    // Dealt (coordinator/split_ledger.h): the plan has one share, whose splits the coordinator
+    // deals to the workers closure by closure.
+    const bool dealt = job.value("dealt", false);
+    if (dealt && r->plan_.shares.size() != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kTabularData, ": a dealt plan has one share, not ", r->plan_.shares.size()));
+    }
+    const int share = dealt ? 0 : worker;
+    if (share < 0 || share >= static_cast<int>(r->plan_.shares.size())) {
       return absl::FailedPreconditionError(absl::StrCat(
           kTabularData, ": worker ", worker, " but the plan has shares for ",
           r->plan_.shares.size(), " workers (the cluster changed since the scan)"));
@@ -124,7 +136,24 @@ class TabularResource : public Dataset {
     so.steps_per_epoch = job.value("steps_per_epoch", int64_t{1});
     so.shuffle_buffer = job.value("shuffle_buffer", int64_t{65536});
     so.interleave = job.value("interleave", 64);
-    r->stream_ = std::make_unique<TrainStream>(r->context_.get(), r->plan_.shares[worker], so);
+    if (dealt) {
+      tabular::DealtStream::Options dso;
+      dso.worker = worker;
+      dso.shuffle_buffer = so.shuffle_buffer;
+      dso.interleave = so.interleave;
+      r->dealt_ = std::make_unique<tabular::DealtStream>(r->context_.get(), r->plan_.shares[0], dso);
+    } else {
+      r->stream_ = std::make_unique<TrainStream>(r->context_.get(), r->plan_.shares[share], so);
+    }
+    const std::string row_log = job.value("row_log", std::string());
+    if (!row_log.empty()) {
+      // Tests: every trained row's id, appended per batch once its gradients went out.
+      const std::string path = absl::StrCat(row_log, ".worker", worker, ".", getpid());
+      r->row_log_ = std::fopen(path.c_str(), "ab");
+      if (r->row_log_ == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(kTabularData, ": can't open ", path));
+      }
+    }
     const ExampleLayout& layout = r->layout();
     r->shape_ = NetShape(r->spec_, layout, Outputs(r->spec_, r->plan_.stats));
     r->lookup_ = std::make_unique<TabularLookup>(r->spec_, layout, r->shape_, r->plan_.stats);
@@ -148,6 +177,10 @@ class TabularResource : public Dataset {
   // One batch of training examples as tensors: keys [n, slots], dense [n, inputs], labels [n].
   absl::StatusOr<bool> Next(std::vector<Tensor>* element) override {
     Batch b;
+    if (stream_ == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          kTabularData, ": the coordinator deals this job's data with each training step"));
+    }
     RETURN_IF_ERROR(stream_->Next(-1, batch_size_, &b));
     const ExampleLayout& l = layout();
     *element = {Tensor::FromVector(b.keys, Shape{b.n, l.num_slots}),
@@ -161,6 +194,18 @@ class TabularResource : public Dataset {
   const DataPlan& plan() const { return plan_; }
   DataContext* context() { return context_.get(); }
   TrainStream& stream() { return *stream_; }
+  // Null unless the coordinator deals the data (coordinator/split_ledger.h).
+  tabular::DealtStream* dealt() { return dealt_.get(); }
+  // Tests (the job's "row_log"): appends the ids of a trained batch's rows.
+  void LogRows(const std::vector<int64_t>& ids) {
+    if (row_log_ == nullptr || ids.empty()) return;
+    absl::MutexLock lock(&log_mu_);
+    std::fwrite(ids.data(), sizeof(int64_t), ids.size(), row_log_);
+    std::fflush(row_log_);
+  }
+  ~TabularResource() override {
+    if (row_log_ != nullptr) std::fclose(row_log_);
+  }
   const ExampleLayout& layout() const { return context_->transformer().layout(); }
   const NetShape& shape() const { return shape_; }
   int64_t batch_size() const { return batch_size_; }
@@ -175,6 +220,9 @@ class TabularResource : public Dataset {
   DataPlan plan_;
   std::unique_ptr<DataContext> context_;
   std::unique_ptr<TrainStream> stream_;
+  std::unique_ptr<tabular::DealtStream> dealt_;
+  absl::Mutex log_mu_;
+  FILE* row_log_ = nullptr;
   int64_t batch_size_ = 256;
   NetShape shape_;
   std::unique_ptr<const TabularLookup> lookup_;
@@ -246,15 +294,9 @@ absl::Status Push(TabularResource& res, const Pulled& p, const NetGrads& grads, 
   return update.Run([&turn] { turn.Release(); });
 }
 
-// Args: the step. Returns {mean loss, examples, the baseline's mean loss}.
-absl::StatusOr<std::vector<Tensor>> TrainStep(ClosureContext& ctx, absl::Span<const Tensor> args) {
-  ASSIGN_OR_RETURN(int64_t step, IntArg(args, 0, kTabularTrain));
-  if (step < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(kTabularTrain, ": step ", step, " < 0"));
-  }
-  ASSIGN_OR_RETURN(TabularResource * res, ResourceOf(ctx, kTabularTrain));
-  Batch batch;
-  RETURN_IF_ERROR(res->stream().Next(step, res->batch_size(), &batch));
+// One batch: pull, compute, push. Returns {mean loss, examples, the baseline's mean loss}.
+absl::StatusOr<std::vector<Tensor>> TrainBatch(ClosureContext& ctx, TabularResource* res,
+                                               int64_t step, const Batch& batch) {
   Pulled p;
   const int64_t global_step = step + 1;  // 1-based: 0 means "no step" to the ps
   // The table rows at once; the weights, the net and the push in this worker's turn
@@ -270,6 +312,44 @@ absl::StatusOr<std::vector<Tensor>> TrainStep(ClosureContext& ctx, absl::Span<co
   return std::vector<Tensor>{Tensor::Scalar<float>(static_cast<float>(out.loss)),
                              Tensor::Scalar<int64_t>(batch.n),
                              Tensor::Scalar<float>(static_cast<float>(out.base_loss))};
+}
+
+// Args: the step, and when the coordinator deals the data, the splits dealt with this closure
+// (coordinator/split_ledger.h, EncodeDeal). Returns {mean loss, examples, the baseline's mean
+// loss}, and when dealt, the trained rows' ids (a batch may then be short, or empty at the end).
+absl::StatusOr<std::vector<Tensor>> TrainStep(ClosureContext& ctx, absl::Span<const Tensor> args) {
+  ASSIGN_OR_RETURN(int64_t step, IntArg(args, 0, kTabularTrain));
+  if (step < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(kTabularTrain, ": step ", step, " < 0"));
+  }
+  ASSIGN_OR_RETURN(TabularResource * res, ResourceOf(ctx, kTabularTrain));
+  tabular::DealtStream* dealt = res->dealt();
+  if (dealt == nullptr) {
+    Batch batch;
+    RETURN_IF_ERROR(res->stream().Next(step, res->batch_size(), &batch));
+    return TrainBatch(ctx, res, step, batch);
+  }
+  if (args.size() != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kTabularTrain, ": a dealt job's step takes the step and its dealt splits"));
+  }
+  ASSIGN_OR_RETURN(std::vector<DealtSplit> splits, ParseDeal(args[1]));
+  RETURN_IF_ERROR(dealt->AddSplits(splits));
+  Batch batch;
+  RETURN_IF_ERROR(dealt->Next(res->batch_size(), &batch));
+  if (batch.n == 0) {
+    // Nothing left here: the epoch's last rows are other workers'.
+    return std::vector<Tensor>{Tensor::Scalar<float>(0), Tensor::Scalar<int64_t>(0),
+                               Tensor::Scalar<float>(0), Tensor::FromVector(std::vector<int64_t>{})};
+  }
+  absl::StatusOr<std::vector<Tensor>> out = TrainBatch(ctx, res, step, batch);
+  if (!out.ok()) {
+    dealt->PutBack(batch);  // the closure runs again (here or elsewhere): its rows stay untrained
+    return out.status();
+  }
+  res->LogRows(batch.ids);
+  out->push_back(Tensor::FromVector(batch.ids));
+  return out;
 }
 
 int Argmax(const float* x, int k) { return static_cast<int>(std::max_element(x, x + k) - x); }
