@@ -2,10 +2,13 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -187,6 +190,107 @@ TEST_F(MultiProcessTest, MirroredWorkers_OneSigkilledAndRestarted_JobResumesAndF
   EXPECT_THAT(w0->Stdout(), HasSubstr("\"test_accuracy\""));
   EXPECT_THAT(w0->Stderr(), HasSubstr("resumed from a checkpoint"));
   EXPECT_THAT(w1->Stderr(), HasSubstr("resuming fashion_mnist_mlp at step"));
+}
+
+// The coordinator deals the tabular model's data splits on demand (coordinator/split_ledger.h):
+// with 3 workers, worker 2 is SIGKILLed for good mid-epoch and worker 1 SIGKILLed and started
+// again. Every training row is still trained, counted from the ids every worker logs once a batch's
+// gradients went out (row_log), and the rows trained twice are at most the killed workers' batches
+// in flight (16 closures of 64 rows each).
+TEST_F(MultiProcessTest, TabularDealtSplits_WorkersKilled_EveryRowTrainedRepeatsBounded) {
+  std::vector<int> ports = {ports_[1], ports_[2], ports_[3], ports_[4]};
+  absl::StatusOr<int> extra_port = PickUnusedPort();
+  ASSERT_TRUE(extra_port.ok());
+  ports.push_back(*extra_port);
+  const std::string spec = tmp_ + "/dealt_cluster.json";
+  std::ofstream(spec) << absl::StrCat(
+      R"({"cluster": {"ps": ["localhost:)", ports[0], R"(", "localhost:)", ports[1],
+      R"("], "worker": ["localhost:)", ports[2], R"(", "localhost:)", ports[3],
+      R"(", "localhost:)", ports[4], R"("]}})");
+  // A click log: two id columns and a count, the click's chance set by all three.
+  const std::string data = tmp_ + "/dealt.csv";
+  {
+    std::ofstream out(data);
+    out << "user,ad,count,clicked\n";
+    std::mt19937 rng(5);
+    for (int i = 0; i < 60000; ++i) {
+      const int user = static_cast<int>(rng() % 2000), ad = static_cast<int>(rng() % 300);
+      const int count = static_cast<int>(rng() % 50);
+      const double p = 0.1 + 0.3 * ((user + ad) % 3 == 0) + 0.004 * count;
+      out << "u" << user << ",a" << ad << "," << count << ","
+          << (std::uniform_real_distribution<double>(0, 1)(rng) < p ? 1 : 0) << "\n";
+    }
+  }
+  const std::string feature_spec = tmp_ + "/dealt_spec.json";
+  std::ofstream(feature_spec) << R"({"label": {"column": "clicked"},
+    "features": [{"name": "user", "column": "user"}, {"name": "ad", "column": "ad"},
+                 {"name": "count", "type": "numeric", "column": "count"}],
+    "split": {"test_fraction": 0.1},
+    "model": {"type": "wide_and_deep", "embedding_dim": 4, "hidden": [8]}})";
+  const std::string row_log = tmp_ + "/dealt_rows";
+  auto ps = [&](int i) {
+    return Spawn(absl::StrCat("d_ps", i),
+                 {ps_bin_, "--cluster_spec=" + spec, absl::StrCat("--task=ps:", i),
+                  "--checkpoint_root=" + tmp_});
+  };
+  auto worker = [&](int i, const std::string& name) {
+    return Spawn(name, {worker_bin_, "--cluster_spec=" + spec, absl::StrCat("--task=worker:", i)});
+  };
+  std::vector<std::unique_ptr<Subprocess>> servers;
+  servers.push_back(ps(0));
+  servers.push_back(ps(1));
+  for (int i = 0; i < 3; ++i) servers.push_back(worker(i, absl::StrCat("d_worker", i)));
+  for (auto& s : servers) ASSERT_TRUE(s->WaitForStdout("READY", kWait).ok()) << s->Stderr();
+  std::unique_ptr<Subprocess> coordinator = Spawn(
+      "d_coordinator",
+      {coordinator_bin_, "--cluster_spec=" + spec, "--model=tabular", "--data=" + data,
+       "--feature_spec=" + feature_spec, "--epochs=1", "--batch_size=64",
+       "--validation_fraction=0", "--checkpoint_dir=" + tmp_ + "/dealt_ckpt", "--restore=none",
+       "--logdir=", "--model_opt=row_log=" + row_log + ",hold_rows=2048,shuffle_buffer=4096"});
+  // The rows the workers logged so far: id -> times.
+  auto logged = [&]() {
+    std::map<int64_t, int> seen;
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(tmp_, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind("dealt_rows.worker", 0) != 0) continue;
+      std::ifstream in(entry.path(), std::ios::binary);
+      int64_t id = 0;
+      while (in.read(reinterpret_cast<char*>(&id), sizeof(id))) ++seen[id];
+    }
+    return seen;
+  };
+  // A fifth of the epoch in, kill worker 2 for good and worker 1 for a restart.
+  const absl::Time deadline = absl::Now() + absl::Seconds(120);
+  while (logged().size() < 10000 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+  ASSERT_GE(logged().size(), 10000u) << coordinator->Stderr();
+  servers[4]->Signal(SIGKILL);
+  servers[3]->Signal(SIGKILL);
+  ASSERT_TRUE(servers[3]->Wait(kWait).ok());
+  ASSERT_TRUE(servers[4]->Wait(kWait).ok());
+  servers[3] = worker(1, "d_worker1_again");
+  ASSERT_TRUE(servers[3]->WaitForStdout("READY", kWait).ok()) << servers[3]->Stderr();
+  absl::StatusOr<int> code = coordinator->Wait(absl::Seconds(240));
+  ASSERT_TRUE(code.ok()) << code.status() << coordinator->Stderr();
+  ASSERT_EQ(*code, 0) << coordinator->Stderr();
+  const std::string out = coordinator->Stdout();
+  // The plan's training rows, from the summary's notes.
+  const size_t at = out.find("\"train_rows\":\"");
+  ASSERT_NE(at, std::string::npos) << out;
+  const int64_t train_rows = std::stoll(out.substr(at + 14));
+  EXPECT_GT(train_rows, 50000);
+  const std::map<int64_t, int> seen = logged();
+  int64_t twice = 0;
+  for (const auto& [id, times] : seen) twice += times - 1;
+  EXPECT_EQ(static_cast<int64_t>(seen.size()), train_rows);
+  EXPECT_LE(twice, 2 * 16 * 64);
+  EXPECT_THAT(out, HasSubstr(absl::StrCat("\"data_rows_trained\":", train_rows)));
+  EXPECT_THAT(out, HasSubstr("\"data_rows_left\":0"));
+  EXPECT_THAT(coordinator->Stderr(), HasSubstr("its closures run elsewhere"));
+  std::printf("rows %lld trained, %lld twice (logged by the workers)\n",
+              static_cast<long long>(seen.size()), static_cast<long long>(twice));
+  for (int i : {0, 1, 2, 3}) servers[i]->Signal(SIGTERM);
+  for (int i : {0, 1, 2, 3}) EXPECT_TRUE(servers[i]->Wait(kWait).ok());
 }
 
 // A task that dies of a fault says so in its log, with a symbolized stack trace, and still dies of
