@@ -274,6 +274,26 @@ std::string SplitLedger::State() const {
   return j.dump();
 }
 
+absl::Status SplitLedger::StartAtEpoch(int epochs) {
+  absl::MutexLock lock(&mu_);
+  if (epochs < 0 || epochs > options_.epochs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("split ledger: epoch ", epochs, " outside [0, ", options_.epochs, "]"));
+  }
+  if (next_epoch_ > 0 || !open_.empty() || counts_.splits_done > 0) {
+    return absl::FailedPreconditionError("split ledger: already dealing");
+  }
+  int64_t epoch_rows = 0;
+  for (int64_t r : options_.split_rows) epoch_rows += r;
+  for (int64_t id = 0; id < epochs * num_splits_; ++id) done_[id] = true;
+  next_epoch_ = epochs;
+  counts_.epoch = epochs;
+  counts_.splits_done = epochs * num_splits_;
+  counts_.rows_trained = epochs * epoch_rows;
+  counts_.rows_left = (options_.epochs - epochs) * epoch_rows;
+  return absl::OkStatus();
+}
+
 absl::Status SplitLedger::Restore(const std::string& state) {
   auto bad = [](const std::string& what) {
     return absl::InvalidArgumentError(absl::StrCat("split ledger state: ", what));

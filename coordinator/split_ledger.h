@@ -116,6 +116,10 @@ class SplitLedger final : public ClosureDealer {
   // count of splits or of epochs).
   std::string State() const;
   absl::Status Restore(const std::string& state);
+  // A ledger that counts the first `epochs` epochs as trained (a checkpoint without a ledger's
+  // state, taken at the end of epoch `epochs`). Errors: kFailedPrecondition once anything was
+  // dealt; kInvalidArgument for epochs outside [0, epochs].
+  absl::Status StartAtEpoch(int epochs);
 
  private:
   explicit SplitLedger(SplitLedgerOptions options);

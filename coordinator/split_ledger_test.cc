@@ -218,6 +218,23 @@ TEST(SplitLedgerTest, StateRestore_ContinuesTheEpochWithoutRepeats) {
   EXPECT_EQ((*resumed)->counts().rows_left, 0);
 }
 
+TEST(SplitLedgerTest, StartAtEpoch_EarlierEpochsCountAsTrained) {
+  const std::vector<int64_t> rows = {4, 6};
+  SplitLedgerOptions o = Options(rows, 1);
+  o.epochs = 3;
+  absl::StatusOr<std::shared_ptr<SplitLedger>> ledger = SplitLedger::Create(o);
+  ASSERT_TRUE(ledger.ok());
+  ASSERT_TRUE((*ledger)->StartAtEpoch(2).ok());
+  EXPECT_EQ((*ledger)->counts().rows_left, 10);
+  std::vector<FakeWorker> workers = {FakeWorker(0, rows)};
+  Seen seen;
+  Train(**ledger, workers, &seen, 8);
+  EXPECT_EQ(seen.size(), 10u);
+  for (const auto& [id, times] : seen) EXPECT_GE(RowIdSplit(id), 4);  // epoch 2's ids only
+  EXPECT_EQ((*ledger)->StartAtEpoch(1).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*ledger)->StartAtEpoch(4).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(SplitLedgerTest, Restore_OtherDataOrMalformed_Rejected) {
   absl::StatusOr<std::shared_ptr<SplitLedger>> a = SplitLedger::Create(Options({5, 5}, 1));
   absl::StatusOr<std::shared_ptr<SplitLedger>> b = SplitLedger::Create(Options({5, 5, 5}, 1));

@@ -154,10 +154,11 @@ class Model {
   virtual int64_t PendingSteps() const { return 0; }
 
   // What the model keeps of its own in a checkpoint (e.g. which data of the epoch was trained),
-  // by key, and its restore (a resumed run, before its first step). Errors (RestoreState):
+  // by key, and its restore (a run resumed at `step`, before its first step; `state` may lack the
+  // model's keys: a checkpoint of another strategy or an older one). Errors (RestoreState):
   // kInvalidArgument for a state of other data. Default: nothing.
   virtual std::map<std::string, std::string> CheckpointState() const { return {}; }
-  virtual absl::Status RestoreState(const std::map<std::string, std::string>& state) {
+  virtual absl::Status RestoreState(int64_t step, const std::map<std::string, std::string>& state) {
     return absl::OkStatus();
   }
 };

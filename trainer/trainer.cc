@@ -246,7 +246,7 @@ class TrainingLoop {
           "checkpoint ", restored.path, " is of model ", it->second, ", not ", model_->name()));
     }
     start_ = std::min(restored.step, total_);
-    RETURN_IF_ERROR(model_->RestoreState(restored.state));
+    RETURN_IF_ERROR(model_->RestoreState(start_, restored.state));
     it = restored.state.find(kExamplesState);
     if (it != restored.state.end()) (void)absl::SimpleAtoi(it->second, &examples_before_);
     result_.restored_from = restored.path;

@@ -184,9 +184,20 @@ class TabularModel final : public Model {
     return {{kLedgerState, ledger_->State()}};
   }
 
-  absl::Status RestoreState(const std::map<std::string, std::string>& state) override {
+  absl::Status RestoreState(int64_t step,
+                            const std::map<std::string, std::string>& state) override {
+    if (ledger_ == nullptr) return absl::OkStatus();
     auto it = state.find(kLedgerState);
-    if (ledger_ == nullptr || it == state.end()) return absl::OkStatus();
+    if (it == state.end()) {
+      // A checkpoint without the ledger (the synchronous strategies', or older code's): its whole
+      // epochs count as trained, and the epoch it stopped in starts afresh.
+      const int epochs_done = static_cast<int>(
+          std::min<int64_t>(config_.epochs, step / std::max<int64_t>(1, steps_per_epoch_)));
+      RETURN_IF_ERROR(ledger_->StartAtEpoch(epochs_done));
+      LOG(INFO) << "tabular: the checkpoint has no data ledger: " << epochs_done
+                << " epoch(s) count as trained, the next starts afresh";
+      return absl::OkStatus();
+    }
     RETURN_IF_ERROR(ledger_->Restore(it->second));
     const SplitLedger::Counts c = ledger_->counts();
     LOG(INFO) << "tabular: the data ledger resumes at epoch " << c.epoch << ": " << c.splits_done
