@@ -89,6 +89,8 @@ struct TabularConfig {
   bool deal_splits = true;  // the coordinator deals the data (coordinator/split_ledger.h)
   int64_t hold_rows = 0;    // rows dealt ahead per worker; 0: the default (DealtHoldRows)
   std::string row_log;      // tests: where workers log the ids of the rows they train
+  int slow_worker = -1;     // tests, benchmarks: this worker's steps take slow_factor times longer
+  double slow_factor = 1;
 };
 
 // The key of the split ledger's state in a checkpoint.
@@ -146,6 +148,10 @@ class TabularModel final : public Model {
     job["interleave"] = config_.interleave;
     job["device_kind"] = static_cast<int>(config_.devices.kind);
     job["dense_turns"] = config_.dense_turns;
+    if (config_.slow_worker >= 0) {
+      job["slow_worker"] = config_.slow_worker;
+      job["slow_factor"] = config_.slow_factor;
+    }
     if (dealt_) {
       job["dealt"] = true;
       if (!config_.row_log.empty()) job["row_log"] = config_.row_log;
@@ -460,6 +466,8 @@ absl::StatusOr<std::unique_ptr<Model>> CreateTabular(const ModelOptions& options
   const std::string deal = extra.GetString("deal_splits", "true");
   ASSIGN_OR_RETURN(c.hold_rows, extra.GetInt("hold_rows", 0));
   c.row_log = extra.GetString("row_log", "");
+  ASSIGN_OR_RETURN(int64_t slow_worker, extra.GetInt("slow_worker", -1));
+  ASSIGN_OR_RETURN(c.slow_factor, extra.GetDouble("slow_factor", 1.0));
   RETURN_IF_ERROR(extra.Finish());
   auto bad = [](absl::string_view what) {
     return absl::InvalidArgumentError(absl::StrCat(kTabularModel, ": ", what));
@@ -479,6 +487,10 @@ absl::StatusOr<std::unique_ptr<Model>> CreateTabular(const ModelOptions& options
   }
   c.deal_splits = deal == "true";
   if (c.hold_rows < 0) return bad("hold_rows must be >= 0 (0: the default)");
+  if (slow_worker < -1 || !(c.slow_factor >= 1 && c.slow_factor <= 100)) {
+    return bad("slow_worker must be a worker's index (or -1) and slow_factor in [1, 100]");
+  }
+  c.slow_worker = static_cast<int>(slow_worker);
   if (options.devices.replicas > 1) {
     return bad(absl::StrCat("runs one replica per worker (asked: ", options.devices.replicas,
                             "); use more workers instead"));

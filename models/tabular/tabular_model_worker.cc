@@ -10,6 +10,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/json_parse.h"
 #include "common/status_macros.h"
 #include "coordinator/split_ledger.h"
@@ -145,6 +147,9 @@ class TabularResource : public Dataset {
     } else {
       r->stream_ = std::make_unique<TrainStream>(r->context_.get(), r->plan_.shares[share], so);
     }
+    // Tests and benchmarks: one worker made slower (a straggler), each step taking `slow_factor`
+    // times its own time.
+    if (job.value("slow_worker", -1) == worker) r->slow_factor_ = job.value("slow_factor", 1.0);
     const std::string row_log = job.value("row_log", std::string());
     if (!row_log.empty()) {
       // Tests: every trained row's id, appended per batch once its gradients went out.
@@ -194,6 +199,8 @@ class TabularResource : public Dataset {
   const DataPlan& plan() const { return plan_; }
   DataContext* context() { return context_.get(); }
   TrainStream& stream() { return *stream_; }
+  // > 1 for the worker made slower (the job's slow_worker): its steps take this many times longer.
+  double slow_factor() const { return slow_factor_; }
   // Null unless the coordinator deals the data (coordinator/split_ledger.h).
   tabular::DealtStream* dealt() { return dealt_.get(); }
   // Tests (the job's "row_log"): appends the ids of a trained batch's rows.
@@ -223,6 +230,7 @@ class TabularResource : public Dataset {
   std::unique_ptr<tabular::DealtStream> dealt_;
   absl::Mutex log_mu_;
   FILE* row_log_ = nullptr;
+  double slow_factor_ = 1;
   int64_t batch_size_ = 256;
   NetShape shape_;
   std::unique_ptr<const TabularLookup> lookup_;
@@ -314,6 +322,9 @@ absl::StatusOr<std::vector<Tensor>> TrainBatch(ClosureContext& ctx, TabularResou
                              Tensor::Scalar<float>(static_cast<float>(out.base_loss))};
 }
 
+absl::StatusOr<std::vector<Tensor>> TrainStepAtSpeed(ClosureContext& ctx, TabularResource* res,
+                                                     int64_t step, absl::Span<const Tensor> args);
+
 // Args: the step, and when the coordinator deals the data, the splits dealt with this closure
 // (coordinator/split_ledger.h, EncodeDeal). Returns {mean loss, examples, the baseline's mean
 // loss}, and when dealt, the trained rows' ids (a batch may then be short, or empty at the end).
@@ -323,6 +334,18 @@ absl::StatusOr<std::vector<Tensor>> TrainStep(ClosureContext& ctx, absl::Span<co
     return absl::InvalidArgumentError(absl::StrCat(kTabularTrain, ": step ", step, " < 0"));
   }
   ASSIGN_OR_RETURN(TabularResource * res, ResourceOf(ctx, kTabularTrain));
+  if (res->slow_factor() > 1) {
+    // A straggler: the step, then as long again times (factor - 1), holding its closure.
+    const absl::Time start = absl::Now();
+    absl::StatusOr<std::vector<Tensor>> out = TrainStepAtSpeed(ctx, res, step, args);
+    absl::SleepFor((absl::Now() - start) * (res->slow_factor() - 1));
+    return out;
+  }
+  return TrainStepAtSpeed(ctx, res, step, args);
+}
+
+absl::StatusOr<std::vector<Tensor>> TrainStepAtSpeed(ClosureContext& ctx, TabularResource* res,
+                                                     int64_t step, absl::Span<const Tensor> args) {
   tabular::DealtStream* dealt = res->dealt();
   if (dealt == nullptr) {
     Batch batch;
