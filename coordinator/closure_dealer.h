@@ -15,6 +15,7 @@
 
 #include <vector>
 
+#include "common/metrics.h"
 #include "common/tensor.h"
 
 namespace pstrain {
@@ -35,6 +36,9 @@ class ClosureDealer {
   virtual void Returned(int worker) = 0;
   // `worker` failed or restarted: what it held of this dealer's is gone with it.
   virtual void WorkerLost(int worker) = 0;
+  // The dealer's own metrics, added to the coordinator's (CoordinatorOptions::metrics). Default:
+  // none.
+  virtual void AddMetrics(MetricsRegistry::Sink& out) {}
 };
 
 }  // namespace pstrain

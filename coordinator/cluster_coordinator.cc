@@ -127,6 +127,7 @@ class ClusterCoordinatorImpl final : public ClusterCoordinator {
         out.AddGauge("pstrain_coordinator_healthy_workers", "Workers answering.", {}, healthy);
         out.AddGauge("pstrain_coordinator_workers", "Workers in the cluster.", {},
                      static_cast<double>(workers_.size()));
+        for (const auto& d : dealers_) d->AddMetrics(out);
       });
     }
     for (auto& w : workers_) {

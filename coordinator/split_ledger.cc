@@ -10,10 +10,10 @@
 
 namespace pstrain {
 
-Tensor EncodeDeal(const std::vector<DealtSplit>& splits) {
-  // [count, then per split: id, skips, skip...]
-  std::vector<int64_t> v{static_cast<int64_t>(splits.size())};
-  for (const DealtSplit& s : splits) {
+Tensor EncodeDeal(const Deal& deal) {
+  // [seq, count, then per split: id, skips, skip...]
+  std::vector<int64_t> v{deal.seq, static_cast<int64_t>(deal.splits.size())};
+  for (const DealtSplit& s : deal.splits) {
     v.push_back(s.id);
     v.push_back(static_cast<int64_t>(s.skip.size()));
     v.insert(v.end(), s.skip.begin(), s.skip.end());
@@ -21,16 +21,18 @@ Tensor EncodeDeal(const std::vector<DealtSplit>& splits) {
   return Tensor::FromVector(v);
 }
 
-absl::StatusOr<std::vector<DealtSplit>> ParseDeal(const Tensor& t) {
+absl::StatusOr<Deal> ParseDeal(const Tensor& t) {
   auto bad = [](const std::string& what) {
     return absl::InvalidArgumentError(absl::StrCat("a malformed deal of splits: ", what));
   };
   if (!t.Is<int64_t>()) return bad("not int64");
   const std::vector<int64_t> v = t.ToVector<int64_t>();
-  if (v.empty() || v[0] < 0) return bad("no count");
-  std::vector<DealtSplit> out;
-  size_t at = 1;
-  for (int64_t i = 0; i < v[0]; ++i) {
+  if (v.size() < 2 || v[0] < 0 || v[1] < 0) return bad("no count");
+  Deal deal;
+  deal.seq = v[0];
+  std::vector<DealtSplit>& out = deal.splits;
+  size_t at = 2;
+  for (int64_t i = 0; i < v[1]; ++i) {
     if (at + 2 > v.size()) return bad("shorter than its count");
     DealtSplit s;
     s.id = v[at];
@@ -45,7 +47,7 @@ absl::StatusOr<std::vector<DealtSplit>> ParseDeal(const Tensor& t) {
     out.push_back(std::move(s));
   }
   if (at != v.size()) return bad("longer than its count");
-  return out;
+  return deal;
 }
 
 absl::StatusOr<std::shared_ptr<SplitLedger>> SplitLedger::Create(SplitLedgerOptions options) {
@@ -76,6 +78,7 @@ SplitLedger::SplitLedger(SplitLedgerOptions options)
   done_.assign(static_cast<size_t>(num_splits_ * options_.epochs), false);
   held_.assign(options_.num_workers, 0);
   inflight_.assign(options_.num_workers, 0);
+  seq_.assign(options_.num_workers, 0);
   counts_.splits = num_splits_;
   int64_t rows = 0;
   for (int64_t r : options_.split_rows) rows += r;
@@ -136,7 +139,8 @@ bool SplitLedger::CanTake(int worker) {
 
 std::vector<Tensor> SplitLedger::Deal(int worker) {
   absl::MutexLock lock(&mu_);
-  std::vector<DealtSplit> dealt;
+  pstrain::Deal deal;  // (the struct, not this method)
+  std::vector<DealtSplit>& dealt = deal.splits;
   if (worker >= 0 && worker < options_.num_workers) {
     ++inflight_[worker];
     while (held_[worker] < options_.hold_rows) {
@@ -156,8 +160,10 @@ std::vector<Tensor> SplitLedger::Deal(int worker) {
       }
       dealt.push_back(std::move(d));
     }
+    if (!dealt.empty()) ++seq_[worker];
+    deal.seq = seq_[worker];
   }
-  return {EncodeDeal(dealt)};
+  return {EncodeDeal(deal)};
 }
 
 void SplitLedger::Completed(int worker, const std::vector<Tensor>& outputs) {
@@ -221,7 +227,26 @@ void SplitLedger::WorkerLost(int worker) {
   }
   held_[worker] = 0;
   inflight_[worker] = 0;
+  seq_[worker] = 0;  // a worker set up again starts with no deals
   if (held_any) ++counts_.workers_lost;
+}
+
+void SplitLedger::AddMetrics(MetricsRegistry::Sink& out) {
+  const Counts c = counts();
+  out.AddGauge("pstrain_data_splits_done", "Data splits trained whole (every epoch so far).", {},
+               static_cast<double>(c.splits_done));
+  out.AddGauge("pstrain_data_splits_in_flight", "Data splits dealt to a worker, not yet done.", {},
+               static_cast<double>(c.splits_in_flight));
+  out.AddCounter("pstrain_data_splits_reassigned_total",
+                 "Data splits dealt again after their worker was lost.", {},
+                 static_cast<double>(c.splits_reassigned));
+  out.AddCounter("pstrain_data_rows_trained_total", "Training rows reported trained (once each).",
+                 {}, static_cast<double>(c.rows_trained));
+  out.AddCounter("pstrain_data_rows_twice_total",
+                 "Reports of a training row already reported (trained again).", {},
+                 static_cast<double>(c.rows_twice));
+  out.AddGauge("pstrain_data_rows_left", "Training rows of the job not yet trained.", {},
+               static_cast<double>(c.rows_left));
 }
 
 SplitLedger::Counts SplitLedger::counts() const {
@@ -358,6 +383,7 @@ absl::Status SplitLedger::Restore(const std::string& state) {
   pool_.clear();
   std::fill(held_.begin(), held_.end(), 0);
   std::fill(inflight_.begin(), inflight_.end(), 0);
+  std::fill(seq_.begin(), seq_.end(), 0);
   // The epochs begun: their splits not done, the partly trained first.
   for (const auto& [id, s] : open_) pool_.push_back(id);
   for (int e = 0; e < next_epoch; ++e) {

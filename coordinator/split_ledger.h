@@ -73,10 +73,19 @@ inline int64_t RowId(int64_t dealt_split, int64_t row) { return (dealt_split << 
 inline int64_t RowIdSplit(int64_t row_id) { return row_id >> 32; }
 inline int64_t RowIdRow(int64_t row_id) { return row_id & 0xffffffffLL; }
 
+// What a closure brings its worker: the splits dealt with it, and how many deals with splits the
+// worker has had in all (`seq`, this one's included): closures run in any order on a worker, and
+// one that finds the worker's rows run dry waits for the deals up to its `seq` to arrive (the rows
+// the ledger counts the worker as holding), so batches come short only at the end of the data.
+struct Deal {
+  int64_t seq = 0;
+  std::vector<DealtSplit> splits;
+};
+
 // The extra argument Deal() makes, and its reading on the worker. Errors (ParseDeal):
 // kInvalidArgument for a malformed tensor.
-Tensor EncodeDeal(const std::vector<DealtSplit>& splits);
-absl::StatusOr<std::vector<DealtSplit>> ParseDeal(const Tensor& t);
+Tensor EncodeDeal(const Deal& deal);
+absl::StatusOr<Deal> ParseDeal(const Tensor& t);
 
 class SplitLedger final : public ClosureDealer {
  public:
@@ -90,6 +99,8 @@ class SplitLedger final : public ClosureDealer {
   void Completed(int worker, const std::vector<Tensor>& outputs) override;
   void Returned(int worker) override;
   void WorkerLost(int worker) override;
+  // pstrain_data_splits_{done,in_flight,reassigned}, pstrain_data_rows_{trained,twice,left}.
+  void AddMetrics(MetricsRegistry::Sink& out) override;
 
   // What the ledger has seen so far.
   struct Counts {
@@ -148,6 +159,7 @@ class SplitLedger final : public ClosureDealer {
   std::vector<bool> done_ ABSL_GUARDED_BY(mu_);         // by id
   std::vector<int64_t> held_ ABSL_GUARDED_BY(mu_);      // by worker: rows dealt, not trained
   std::vector<int> inflight_ ABSL_GUARDED_BY(mu_);      // by worker: dealt closures running
+  std::vector<int64_t> seq_ ABSL_GUARDED_BY(mu_);       // by worker: deals with splits so far
   Counts counts_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -23,10 +23,12 @@ class FakeWorker {
   std::vector<int64_t> Run(SplitLedger& ledger, int64_t batch) {
     std::vector<Tensor> extra = ledger.Deal(index_);
     EXPECT_EQ(extra.size(), 1u);
-    absl::StatusOr<std::vector<DealtSplit>> dealt = ParseDeal(extra[0]);
+    absl::StatusOr<Deal> dealt = ParseDeal(extra[0]);
     EXPECT_TRUE(dealt.ok()) << dealt.status();
+    if (!dealt->splits.empty()) EXPECT_EQ(dealt->seq, ++deals_);
+    EXPECT_EQ(dealt->seq, deals_);
     const int64_t n = static_cast<int64_t>(split_rows_.size());
-    for (const DealtSplit& d : *dealt) {
+    for (const DealtSplit& d : dealt->splits) {
       std::set<int64_t> skip(d.skip.begin(), d.skip.end());
       for (int64_t r = 0; r < split_rows_[d.id % n]; ++r) {
         if (skip.count(r) == 0) held_.push_back(RowId(d.id, r));
@@ -43,13 +45,17 @@ class FakeWorker {
     ledger.Completed(index_, {Tensor::Scalar<float>(0), Tensor::Scalar<int64_t>(0),
                               Tensor::Scalar<float>(0), Tensor::FromVector(rows)});
   }
-  void Crash() { held_.clear(); }
+  void Crash() {
+    held_.clear();
+    deals_ = 0;
+  }
   int64_t held() const { return static_cast<int64_t>(held_.size()); }
 
  private:
   const int index_;
   const std::vector<int64_t> split_rows_;
   std::vector<int64_t> held_;
+  int64_t deals_ = 0;
 };
 
 SplitLedgerOptions Options(std::vector<int64_t> rows, int workers) {
@@ -95,6 +101,20 @@ TEST(SplitLedgerTest, NoFailure_EveryRowExactlyOnce) {
   EXPECT_EQ(c.splits_done, 7);
   EXPECT_EQ(c.splits_reassigned, 0);
   EXPECT_EQ((*ledger)->PendingSteps(), 0);
+}
+
+TEST(SplitLedgerTest, AddMetrics_CountsAsPrometheusSamples) {
+  const std::vector<int64_t> rows = {10, 10};
+  absl::StatusOr<std::shared_ptr<SplitLedger>> ledger = SplitLedger::Create(Options(rows, 1));
+  ASSERT_TRUE(ledger.ok());
+  FakeWorker w(0, rows);
+  w.Complete(**ledger, w.Run(**ledger, 8));
+  MetricsRegistry registry;
+  registry.AddCollector([&](MetricsRegistry::Sink& out) { (*ledger)->AddMetrics(out); });
+  const std::string text = registry.Render();
+  EXPECT_THAT(text, HasSubstr("pstrain_data_rows_trained_total 8"));
+  EXPECT_THAT(text, HasSubstr("pstrain_data_rows_left 12"));
+  EXPECT_THAT(text, HasSubstr("pstrain_data_splits_in_flight 2"));
 }
 
 TEST(SplitLedgerTest, TwoEpochs_EachRowOncePerEpochInItsOwnOrder) {
@@ -259,14 +279,18 @@ TEST(SplitLedgerTest, Create_BadOptions_NameWhatIsWrong) {
 }
 
 TEST(SplitLedgerTest, ParseDeal_RoundTripsAndRejectsMalformed) {
-  std::vector<DealtSplit> in = {{3, {}}, {7, {0, 4, 5}}};
-  absl::StatusOr<std::vector<DealtSplit>> out = ParseDeal(EncodeDeal(in));
+  Deal in;
+  in.seq = 4;
+  in.splits = {{3, {}}, {7, {0, 4, 5}}};
+  absl::StatusOr<Deal> out = ParseDeal(EncodeDeal(in));
   ASSERT_TRUE(out.ok());
-  ASSERT_EQ(out->size(), 2u);
-  EXPECT_EQ((*out)[1].id, 7);
-  EXPECT_EQ((*out)[1].skip, (std::vector<int64_t>{0, 4, 5}));
-  EXPECT_FALSE(ParseDeal(Tensor::FromVector(std::vector<int64_t>{2, 3, 0})).ok());
-  EXPECT_FALSE(ParseDeal(Tensor::FromVector(std::vector<int64_t>{1, 3, 5, 1})).ok());
+  EXPECT_EQ(out->seq, 4);
+  ASSERT_EQ(out->splits.size(), 2u);
+  EXPECT_EQ(out->splits[1].id, 7);
+  EXPECT_EQ(out->splits[1].skip, (std::vector<int64_t>{0, 4, 5}));
+  EXPECT_FALSE(ParseDeal(Tensor::FromVector(std::vector<int64_t>{1, 2, 3, 0})).ok());
+  EXPECT_FALSE(ParseDeal(Tensor::FromVector(std::vector<int64_t>{1, 1, 3, 5, 1})).ok());
+  EXPECT_FALSE(ParseDeal(Tensor::FromVector(std::vector<int64_t>{1})).ok());
   EXPECT_FALSE(ParseDeal(Tensor::FromVector(std::vector<float>{1})).ok());
 }
 

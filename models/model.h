@@ -152,6 +152,9 @@ class Model {
   // last row is trained, not at a count of steps: batches can come short at the end); the trainer
   // runs them and asks again, until 0. Default 0.
   virtual int64_t PendingSteps() const { return 0; }
+  // A few words the progress line shows after its figures (e.g. the data dealt so far); empty:
+  // none. Default: none.
+  virtual std::string ProgressNote() const { return ""; }
 
   // What the model keeps of its own in a checkpoint (e.g. which data of the epoch was trained),
   // by key, and its restore (a run resumed at `step`, before its first step; `state` may lack the

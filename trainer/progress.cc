@@ -130,6 +130,10 @@ class ProgressReporterImpl : public ProgressReporter {
     }
     absl::StrAppendFormat(&line, "  loss %.4g", loss_sum / loss_count);
     absl::StrAppend(&line, "  elapsed ", HumanDuration(now.time - start_));
+    if (options_.note) {
+      const std::string note = options_.note();
+      if (!note.empty()) absl::StrAppend(&line, "  ", note);
+    }
     if (final) {
       absl::StrAppend(&line, "  done");
     } else if (options_.total_steps > 0) {

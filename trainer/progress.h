@@ -48,6 +48,9 @@ struct ProgressOptions {
 
   // The time now. Default (empty): absl::Now.
   std::function<absl::Time()> clock;
+  // A note appended to each line (e.g. the data dealt: "splits 120/900, 3 again"), read when the
+  // line is drawn; empty: none. Default: none.
+  std::function<std::string()> note;
 };
 
 // Reports the progress of one training run. Write errors on the output are ignored (progress is

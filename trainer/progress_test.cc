@@ -85,6 +85,22 @@ TEST_F(ProgressTest, Update_SteadyRun_ShowsStepRateLossElapsedEta) {
             "step 50/100 (50.0%)  320.0 ex/s  loss 0.5  elapsed 5s  eta 5s");
 }
 
+// The note (e.g. the data dealt so far) follows the figures, read afresh for each line.
+TEST_F(ProgressTest, Update_Note_AppendedAfterElapsed) {
+  ProgressOptions options = FakeOptions(/*is_tty=*/false);
+  options.total_steps = 100;
+  options.line_interval = absl::ZeroDuration();
+  int calls = 0;
+  options.note = [&calls] { return absl::StrCat("splits ", ++calls, "/9 done"); };
+  std::unique_ptr<ProgressReporter> reporter = MakeReporter(options);
+  ASSERT_NE(reporter, nullptr);
+  for (int step = 1; step <= 2; ++step) {
+    Advance(absl::Milliseconds(100));
+    reporter->Update(step, /*examples_done=*/step * 32, /*loss=*/0.5);
+  }
+  EXPECT_THAT(Lines().back(), HasSubstr("elapsed 0s  splits 2/9 done  eta"));
+}
+
 // A synchronous chief counts its part of each batch; examples_scale shows the job's rate.
 TEST_F(ProgressTest, Update_ExamplesScale_RateScaled_NonPositiveRefused) {
   ProgressOptions options = FakeOptions(/*is_tty=*/false);

@@ -267,6 +267,9 @@ class TrainingLoop {
     progress_options.total_steps = end_;
     progress_options.initial_step = start_;
     progress_options.initial_examples = examples_before_;
+    if (!progress_options.note) {
+      progress_options.note = [model = model_] { return model->ProgressNote(); };
+    }
     ASSIGN_OR_RETURN(progress_, ProgressReporter::Create(progress_options));
     examples_ = examples_before_;
     examples_at_summary_ = examples_;

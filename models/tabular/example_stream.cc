@@ -260,13 +260,20 @@ void DealtStream::GrowLocked(int64_t size) {
   ids_.resize(size);
 }
 
-absl::Status DealtStream::AddSplits(const std::vector<DealtSplit>& dealt) {
+absl::Status DealtStream::AddSplits(const Deal& deal) {
   absl::MutexLock lock(&mu_);
-  for (const DealtSplit& d : dealt) {
+  for (const DealtSplit& d : deal.splits) {
     if (splits_.empty() || d.id < 0) {
       return absl::InvalidArgumentError(absl::StrCat("dealt split ", d.id, " is out of range"));
     }
-    dealt_.push_back(d);
+  }
+  for (const DealtSplit& d : deal.splits) dealt_.push_back(d);
+  if (!deal.splits.empty() && deal.seq > arrived_) {
+    deals_.insert(deal.seq);
+    while (!deals_.empty() && *deals_.begin() == arrived_ + 1) {
+      deals_.erase(deals_.begin());
+      ++arrived_;
+    }
   }
   return absl::OkStatus();
 }
@@ -304,8 +311,9 @@ absl::StatusOr<bool> DealtStream::ReadOneLocked() {
   }
 }
 
-absl::Status DealtStream::Next(int64_t n, Batch* out) {
+absl::Status DealtStream::Next(int64_t n, int64_t seq, Batch* out, absl::Duration wait) {
   absl::MutexLock lock(&mu_);
+  const absl::Time deadline = absl::Now() + wait;
   const int64_t capacity = std::max<int64_t>(1, options_.shuffle_buffer);
   out->ids.assign(static_cast<size_t>(n), 0);
   out->Resize(n, layout_);
@@ -314,6 +322,13 @@ absl::Status DealtStream::Next(int64_t n, Batch* out) {
     while (size_ < capacity) {
       ASSIGN_OR_RETURN(bool got, ReadOneLocked());
       if (!got) break;
+    }
+    if (size_ == 0 && dealt_.empty() && open_.empty() && arrived_ < seq) {
+      // Rows dealt to this worker are on their way with another closure: wait for them.
+      auto more = [this, seq]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return !dealt_.empty() || arrived_ >= seq;
+      };
+      if (mu_.AwaitWithDeadline(absl::Condition(&more), deadline)) continue;
     }
     if (size_ == 0) break;  // no more dealt rows here
     const int64_t j = static_cast<int64_t>(rng_() % static_cast<uint64_t>(size_));

@@ -24,12 +24,14 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "coordinator/split_ledger.h"
 #include "models/data/csv_records.h"
 #include "models/tabular/data_plan.h"
@@ -179,10 +181,12 @@ class DealtStream {
   DealtStream(DataContext* context, std::vector<Range> splits, Options options);
 
   // Takes the splits dealt with a closure. Errors: kInvalidArgument for an id out of range.
-  absl::Status AddSplits(const std::vector<DealtSplit>& dealt);
-  // Up to `n` examples (fewer when the worker's rows run out) into `out`, ids included. Errors:
-  // RangeReader's.
-  absl::Status Next(int64_t n, Batch* out);
+  absl::Status AddSplits(const Deal& deal);
+  // Up to `n` examples (fewer when the worker's rows run out) into `out`, ids included. When the
+  // rows run out before the deals up to `seq` arrived (closures run in any order), waits for them,
+  // up to `wait`. Errors: RangeReader's.
+  absl::Status Next(int64_t n, int64_t seq, Batch* out,
+                    absl::Duration wait = absl::Seconds(2));
   // A batch taken by Next whose closure failed goes back into the buffer.
   void PutBack(const Batch& batch);
 
@@ -207,6 +211,8 @@ class DealtStream {
   absl::Mutex mu_;
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
   std::deque<DealtSplit> dealt_ ABSL_GUARDED_BY(mu_);  // not opened yet
+  std::set<int64_t> deals_ ABSL_GUARDED_BY(mu_);       // seqs arrived beyond arrived_
+  int64_t arrived_ ABSL_GUARDED_BY(mu_) = 0;           // every deal up to this one arrived
   std::vector<OpenSplit> open_ ABSL_GUARDED_BY(mu_);
   size_t turn_ ABSL_GUARDED_BY(mu_) = 0;
   // The buffer: `size_` examples (capacity grows past shuffle_buffer only for a batch put back).

@@ -185,6 +185,16 @@ class TabularModel final : public Model {
     return ledger_->PendingSteps();
   }
 
+  std::string ProgressNote() const override {
+    if (ledger_ == nullptr) return "";
+    const SplitLedger::Counts c = ledger_->counts();
+    std::string note = absl::StrCat("splits ", c.splits_done, "/", c.splits * config_.epochs,
+                                    " done, ", c.splits_in_flight, " dealt");
+    if (c.splits_reassigned > 0) absl::StrAppend(&note, ", ", c.splits_reassigned, " again");
+    if (c.rows_twice > 0) absl::StrAppend(&note, ", ", c.rows_twice, " rows twice");
+    return note;
+  }
+
   std::map<std::string, std::string> CheckpointState() const override {
     if (ledger_ == nullptr) return {};
     return {{kLedgerState, ledger_->State()}};

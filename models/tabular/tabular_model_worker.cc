@@ -356,10 +356,10 @@ absl::StatusOr<std::vector<Tensor>> TrainStepAtSpeed(ClosureContext& ctx, Tabula
     return absl::InvalidArgumentError(
         absl::StrCat(kTabularTrain, ": a dealt job's step takes the step and its dealt splits"));
   }
-  ASSIGN_OR_RETURN(std::vector<DealtSplit> splits, ParseDeal(args[1]));
-  RETURN_IF_ERROR(dealt->AddSplits(splits));
+  ASSIGN_OR_RETURN(Deal deal, ParseDeal(args[1]));
+  RETURN_IF_ERROR(dealt->AddSplits(deal));
   Batch batch;
-  RETURN_IF_ERROR(dealt->Next(res->batch_size(), &batch));
+  RETURN_IF_ERROR(dealt->Next(res->batch_size(), deal.seq, &batch));
   if (batch.n == 0) {
     // Nothing left here: the epoch's last rows are other workers'.
     return std::vector<Tensor>{Tensor::Scalar<float>(0), Tensor::Scalar<int64_t>(0),
