@@ -549,7 +549,7 @@ absl::Status Scanner::FinishClasses(DataPlan* plan) {
 // contiguous pieces per file (cut at marks), dealt round-robin, so every worker gets the same
 // number of training rows (to a mark's worth), spread over the whole file (a file sorted by time
 // gives each worker every period).
-void DealPieces(const std::vector<int>& files, int workers, DataPlan* plan) {
+void DealPieces(const std::vector<int>& files, int workers, int64_t chunk_bytes, DataPlan* plan) {
   for (int fi : files) {
     const FileInfo& f = plan->files[fi];
     const int pieces = kPiecesPerWorker * workers;
@@ -566,7 +566,7 @@ void DealPieces(const std::vector<int>& files, int workers, DataPlan* plan) {
     }
     starts.push_back(f.marks.size());
     for (int k = 0; k < pieces; ++k) {
-      Chunks(f, fi, starts[k], starts[k + 1], kTrainChunkBytes, &plan->shares[k % workers]);
+      Chunks(f, fi, starts[k], starts[k + 1], chunk_bytes, &plan->shares[k % workers]);
     }
   }
 }
@@ -574,7 +574,7 @@ void DealPieces(const std::vector<int>& files, int workers, DataPlan* plan) {
 // The workers' shares of the training rows: whole files dealt round-robin when there are at least
 // as many as workers, else pieces of each (DealPieces); a worker whose share has no training rows
 // reads every data file.
-void PlanShares(int workers, DataPlan* plan) {
+void PlanShares(int workers, int64_t min_ranges, DataPlan* plan) {
   std::vector<int> data_files;
   for (size_t i = 0; i < plan->files.size(); ++i) {
     if (plan->files[i].role == FileRole::kData && !plan->files[i].marks.empty()) {
@@ -583,13 +583,18 @@ void PlanShares(int workers, DataPlan* plan) {
   }
   const int w = workers;
   plan->shares.assign(w, {});
+  // Ranges of 64 KiB, or smaller (down to the marks' spacing) to make at least min_ranges of them.
+  int64_t data_bytes = 0;
+  for (int fi : data_files) data_bytes += plan->files[fi].end - plan->files[fi].marks[0].offset;
+  const int64_t chunk_bytes =
+      std::clamp<int64_t>(data_bytes / std::max<int64_t>(1, min_ranges), 1, kTrainChunkBytes);
   if (static_cast<int>(data_files.size()) >= w) {
     for (size_t k = 0; k < data_files.size(); ++k) {
       const FileInfo& f = plan->files[data_files[k]];
-      Chunks(f, data_files[k], 0, f.marks.size(), kTrainChunkBytes, &plan->shares[k % w]);
+      Chunks(f, data_files[k], 0, f.marks.size(), chunk_bytes, &plan->shares[k % w]);
     }
   } else {
-    DealPieces(data_files, w, plan);
+    DealPieces(data_files, w, chunk_bytes, plan);
   }
   for (int k = 0; k < w; ++k) {
     int64_t train = 0;
@@ -600,7 +605,7 @@ void PlanShares(int workers, DataPlan* plan) {
                                        "it reads all the data files"));
     plan->shares[k].clear();
     for (int fi : data_files) {
-      Chunks(plan->files[fi], fi, 0, plan->files[fi].marks.size(), kTrainChunkBytes,
+      Chunks(plan->files[fi], fi, 0, plan->files[fi].marks.size(), chunk_bytes,
              &plan->shares[k]);
     }
   }
@@ -628,7 +633,7 @@ absl::StatusOr<DataPlan> Scan(const Spec& spec, const ScanOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat(
         options.data, ": no test rows; check the spec's split (", spec.path, ")"));
   }
-  PlanShares(options.workers, &plan);
+  PlanShares(options.workers, options.min_ranges, &plan);
   return plan;
 }
 

@@ -78,6 +78,9 @@ struct ScanOptions {
   uint64_t seed = 1;
   int workers = 1;
   bool skip_bad_rows = false;
+  // The training ranges are about 64 KiB of a plain file, smaller where that makes fewer than
+  // this many (down to the row marks' spacing: every row of a small file). Default 1.
+  int64_t min_ranges = 1;
 };
 
 struct DataPlan {

@@ -115,6 +115,8 @@ class TabularModel final : public Model {
                  : dealt_                 ? 1
                                           : coordinator->num_workers();
     so.skip_bad_rows = config_.skip_bad_rows;
+    // Dealt: splits small enough that every worker is dealt many (a few hundred rows at least).
+    if (dealt_) so.min_ranges = 64 * coordinator->num_workers();
     const absl::Time scan_start = absl::Now();
     ASSIGN_OR_RETURN(plan_, tabular::Scan(spec_, so));
     scan_seconds_ = absl::ToDoubleSeconds(absl::Now() - scan_start);
