@@ -9,6 +9,12 @@ every task behind its own sockets and address space.
         [--strategy parameter_server|hybrid] [--seed 1] [--dense_turns 1] \\
         (--click_dir /tmp/pstrain_click_log | --flights data/flights/flights.csv)
 
+With --kill_after S (the parameter-server strategy, 3 workers or more): S seconds into training,
+worker 1 is SIGKILLed and started again and worker 2 SIGKILLed for good; S/2 later, ps 1 is
+SIGKILLed and started again (its shards reloaded from the latest checkpoint: give
+--extra=--checkpoint_every_steps=N). --extra passes more flags to the coordinator (e.g.
+--extra=--model_opt=deal_splits=false for fixed shares of the data).
+
 Build first: bazel build -c opt //ps:ps_server //trainer:worker_server //trainer:coordinator.
 The click log (its files and click_spec.json) is the one bench/async_accuracy_bench writes to
 its --dir. Prints one JSON line: {"name": "multiprocess", "strategy", "workers", "ps", "seed",
@@ -61,6 +67,10 @@ def main():
     p.add_argument("--click_dir", default="")
     p.add_argument("--flights", default="")
     p.add_argument("--timeout", type=float, default=1800)
+    p.add_argument("--kill_after", type=float, default=0,
+                   help="seconds: kill workers 1 (restarted) and 2 (for good), then ps 1")
+    p.add_argument("--extra", action="append", default=[],
+                   help="a flag for the coordinator (repeat for more)")
     a = p.parse_args()
     if bool(a.click_dir) == bool(a.flights):
         print(json.dumps({"name": "multiprocess", "error": "give --click_dir or --flights"}))
@@ -82,6 +92,11 @@ def main():
                       "--checkpoint_dir=" + os.path.join(run_dir, "checkpoints")]
     if a.dense_turns is not None:
         common.append("--dense_turns=%d" % a.dense_turns)
+    common += a.extra
+    if a.kill_after > 0 and (a.strategy != "parameter_server" or a.workers < 3):
+        print(json.dumps({"name": "multiprocess",
+                          "error": "--kill_after needs the parameter-server strategy, 3 workers"}))
+        return 2
 
     hybrid = a.strategy == "hybrid"
     ports = free_ports(a.ps + a.workers + 1)
@@ -95,10 +110,20 @@ def main():
         json.dump({"cluster": cluster}, f)
 
     procs = []  # (name, Popen, log)
+    argvs = {}
     def start(name, argv):
         log = os.path.join(run_dir, name + ".log")
-        procs.append((name, subprocess.Popen(argv, stdout=open(log, "w"), stderr=subprocess.STDOUT,
+        argvs[name] = argv
+        procs.append((name, subprocess.Popen(argv, stdout=open(log, "a"), stderr=subprocess.STDOUT,
                                              cwd=run_dir, start_new_session=True), log))
+
+    def kill(name, restart):
+        for n, proc, _ in procs:
+            if n == name and proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        if restart:
+            start(name, argvs[name])
 
     def stop_all():
         for _, proc, _ in procs:
@@ -133,6 +158,20 @@ def main():
         drivers = [(n, pr, lg) for n, pr, lg in procs if n == summary_from or
                    (hybrid and n.startswith("worker"))]
         deadline = time.time() + a.timeout
+        if a.kill_after > 0:
+            # Training starts once the chief has scanned the data and set up: its first progress
+            # line ("step ") marks it.
+            chief_log = dict((n, lg) for n, _, lg in procs)["chief"]
+            while time.time() < deadline and drivers[0][1].poll() is None:
+                with open(chief_log) as f:
+                    if "step " in f.read():
+                        break
+                time.sleep(0.05)
+            time.sleep(a.kill_after)
+            kill("worker1", restart=True)
+            kill("worker2", restart=False)
+            time.sleep(a.kill_after / 2)
+            kill("ps1", restart=True)
         for name, proc, log in drivers:
             rc = proc.wait(timeout=max(1, deadline - time.time()))
             if rc != 0:

@@ -446,10 +446,10 @@ class ClusterCoordinatorImpl final : public ClusterCoordinator {
   }
 
   // The index in the queue of the first closure `w` may take, or -1.
-  int NextForLocked(const Worker* w) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  int NextForLocked(const Worker* w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     for (size_t i = 0; i < queue_.size(); ++i) {
-      const ClosureDealer* d = queue_[i]->dealer.get();
-      if (d == nullptr || const_cast<ClosureDealer*>(d)->CanTake(w->index)) {
+      ClosureDealer* d = queue_[i]->dealer.get();
+      if (d == nullptr || d->CanTake(w->index)) {
         return static_cast<int>(i);
       }
     }

@@ -143,7 +143,9 @@ std::vector<Tensor> SplitLedger::Deal(int worker) {
   std::vector<DealtSplit>& dealt = deal.splits;
   if (worker >= 0 && worker < options_.num_workers) {
     ++inflight_[worker];
-    while (held_[worker] < options_.hold_rows) {
+    // Enough for this closure's batch beside those of its closures in flight, and hold_rows ahead.
+    const int64_t want = std::max(options_.hold_rows, inflight_[worker] * options_.batch_size);
+    while (held_[worker] < want) {
       const int64_t id = NextLocked();
       if (id < 0) break;
       auto [it, fresh] = open_.try_emplace(id);

@@ -7,7 +7,9 @@
 // of its own; the next epoch's splits follow the last epoch's without a pause. A worker is dealt
 // splits with a closure (coordinator/closure_dealer.h), until it holds `hold_rows` rows not yet
 // trained; its closures train batches drawn from the rows it holds and report each trained row's
-// id (RowId). A split is done when each of its rows was reported by a closure that completed.
+// id (RowId); a closure is dealt at least enough for its own batch beside those of the worker's
+// closures in flight. A split is done when each of its rows was reported by a closure that
+// completed.
 //
 // A worker that fails or restarts (WorkerLost) has its unfinished splits dealt again, to whichever
 // worker asks next, with the rows already reported as trained left out: only rows that no

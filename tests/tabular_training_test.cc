@@ -159,6 +159,74 @@ TEST(TabularTrainTest, SlowWorker_DealtFewerRowsEveryRowOnce) {
   EXPECT_EQ(r->metrics.values.at("data_rows_left"), 0);
 }
 
+// The ids a run's workers logged (row_log): id -> times.
+std::map<int64_t, int> LoggedRows(const std::string& dir, const std::string& prefix) {
+  std::map<int64_t, int> seen;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().filename().string().rfind(prefix + ".worker", 0) != 0) continue;
+    std::ifstream in(entry.path(), std::ios::binary);
+    int64_t id = 0;
+    while (in.read(reinterpret_cast<char*>(&id), sizeof(id))) ++seen[id];
+  }
+  return seen;
+}
+
+// A job that dies mid-epoch resumes from its last checkpoint with the splits not yet done: the
+// resumed run trains the rows the checkpoint had not, each once, and no row the checkpoint had.
+TEST(TabularTrainTest, ResumedMidEpoch_TrainsOnlyTheRowsNotYetTrained) {
+  const std::string dir = FreshTempDir("tab_resume");
+  std::mt19937 rng(9);
+  std::string csv = "city,income,bought\n";
+  for (int i = 0; i < 6000; ++i) {
+    const int c = static_cast<int>(rng() % 6);
+    absl::StrAppend(&csv, c, ",", rng() % 1000, ",", c < 2 ? "1" : "0", "\n");
+  }
+  Write(dir + "/t.csv", csv);
+  const std::string spec = WriteSpec(dir, R"({
+    'label': {'column': 'bought'},
+    'features': [{'name': 'city', 'column': 'city'},
+                 {'name': 'income', 'type': 'numeric', 'column': 'income'}],
+    'model': {'type': 'wide', 'embedding_dim': 4}})");
+  auto run = [&](const std::string& log, bool die) {
+    ModelOptions o;
+    o.data = dir + "/t.csv";
+    o.epochs = 1;
+    o.batch_size = 32;
+    o.extra = {{"feature_spec", spec}, {"row_log", dir + "/" + log}, {"hold_rows", "256"}};
+    absl::StatusOr<std::unique_ptr<Model>> model = CreateTabular(o);
+    EXPECT_TRUE(model.ok()) << model.status();
+    TrainerOptions t;
+    t.checkpoint_dir = dir + "/ckpt";
+    t.checkpoint_every_steps = 40;
+    t.checkpoint_every = absl::ZeroDuration();
+    t.validate = false;
+    t.keep_best = false;
+    if (die) {
+      t.after_step = [](int64_t step) -> absl::Status {
+        return step + 1 == 60 ? absl::InternalError("the job dies") : absl::OkStatus();
+      };
+    }
+    return TrainInProcess(*TrainingRegistry(std::make_shared<ReplicaGroups>()), /*workers=*/2,
+                          /*ps=*/2, model->get(), t);
+  };
+  absl::StatusOr<TrainResult> first = run("first", /*die=*/true);
+  ASSERT_FALSE(first.ok());
+  absl::StatusOr<TrainResult> second = run("second", /*die=*/false);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->start_step, 40);
+  const int64_t train = std::stoll(second->metrics.notes.at("train_rows"));
+  const std::map<int64_t, int> before = LoggedRows(dir, "first");
+  const std::map<int64_t, int> after = LoggedRows(dir, "second");
+  for (const auto& [id, times] : after) ASSERT_EQ(times, 1) << id;
+  // The checkpoint at step 40 holds 40 full batches; the resumed run trains the rest.
+  EXPECT_EQ(static_cast<int64_t>(after.size()), train - 40 * 32);
+  std::map<int64_t, int> all = before;
+  for (const auto& [id, times] : after) all[id] += times;
+  EXPECT_EQ(static_cast<int64_t>(all.size()), train);
+  EXPECT_EQ(second->metrics.values.at("data_rows_trained"), train);
+  EXPECT_EQ(second->metrics.values.at("data_rows_left"), 0);
+}
+
 // y = 2 x + 3 (if kind is a) - 1 (else) + noise(0.1): learned to about the noise.
 TEST(TabularTrainTest, Regression_LearnedToItsNoise) {
   const std::string dir = FreshTempDir("tab_regression");
