@@ -342,11 +342,11 @@ absl::Status SplitLedger::Restore(const std::string& state) {
   }
   const int next_epoch = j["next_epoch"].get<int>();
   const std::string done = j["done"].get<std::string>();
-  if (next_epoch < 0 || next_epoch > options_.epochs ||
-      done.size() != (done_.size() + 3) / 4) {
+  const size_t ids = static_cast<size_t>(num_splits_ * options_.epochs);
+  if (next_epoch < 0 || next_epoch > options_.epochs || done.size() != (ids + 3) / 4) {
     return bad("malformed");
   }
-  std::vector<bool> done_bits(done_.size(), false);
+  std::vector<bool> done_bits(ids, false);
   for (size_t i = 0; i < done.size(); ++i) {
     const char c = done[i];
     const int nibble = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
