@@ -62,7 +62,9 @@ struct Tensor {
     Tensor t;
     t.dtype = DTypeOf<T>();
     t.shape = std::move(shape);
-    t.data.assign(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
+    if (!values.empty()) {
+      t.data.assign(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
+    }
     return t;
   }
   template <typename T>
@@ -88,7 +90,8 @@ struct Tensor {
   template <typename T>
   std::vector<T> ToVector() const {
     std::vector<T> v(data.size() / sizeof(T));
-    std::memcpy(v.data(), data.data(), v.size() * sizeof(T));
+    // (An empty vector's data() may be null, which memcpy must not be given even for 0 bytes.)
+    if (!v.empty()) std::memcpy(v.data(), data.data(), v.size() * sizeof(T));
     return v;
   }
   template <typename T>
