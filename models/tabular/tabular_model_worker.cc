@@ -194,6 +194,9 @@ class TabularResource : public Dataset {
     return true;
   }
   bool shared() const override { return true; }
+  ~TabularResource() override {
+    if (row_log_ != nullptr) std::fclose(row_log_);
+  }
 
   const Spec& spec() const { return spec_; }
   const DataPlan& plan() const { return plan_; }
@@ -209,9 +212,6 @@ class TabularResource : public Dataset {
     absl::MutexLock lock(&log_mu_);
     std::fwrite(ids.data(), sizeof(int64_t), ids.size(), row_log_);
     std::fflush(row_log_);
-  }
-  ~TabularResource() override {
-    if (row_log_ != nullptr) std::fclose(row_log_);
   }
   const ExampleLayout& layout() const { return context_->transformer().layout(); }
   const NetShape& shape() const { return shape_; }
@@ -322,28 +322,7 @@ absl::StatusOr<std::vector<Tensor>> TrainBatch(ClosureContext& ctx, TabularResou
                              Tensor::Scalar<float>(static_cast<float>(out.base_loss))};
 }
 
-absl::StatusOr<std::vector<Tensor>> TrainStepAtSpeed(ClosureContext& ctx, TabularResource* res,
-                                                     int64_t step, absl::Span<const Tensor> args);
-
-// Args: the step, and when the coordinator deals the data, the splits dealt with this closure
-// (coordinator/split_ledger.h, EncodeDeal). Returns {mean loss, examples, the baseline's mean
-// loss}, and when dealt, the trained rows' ids (a batch may then be short, or empty at the end).
-absl::StatusOr<std::vector<Tensor>> TrainStep(ClosureContext& ctx, absl::Span<const Tensor> args) {
-  ASSIGN_OR_RETURN(int64_t step, IntArg(args, 0, kTabularTrain));
-  if (step < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(kTabularTrain, ": step ", step, " < 0"));
-  }
-  ASSIGN_OR_RETURN(TabularResource * res, ResourceOf(ctx, kTabularTrain));
-  if (res->slow_factor() > 1) {
-    // A straggler: the step, then as long again times (factor - 1), holding its closure.
-    const absl::Time start = absl::Now();
-    absl::StatusOr<std::vector<Tensor>> out = TrainStepAtSpeed(ctx, res, step, args);
-    absl::SleepFor((absl::Now() - start) * (res->slow_factor() - 1));
-    return out;
-  }
-  return TrainStepAtSpeed(ctx, res, step, args);
-}
-
+// The step at the worker's own speed: its batch from the dealt splits or the fixed share.
 absl::StatusOr<std::vector<Tensor>> TrainStepAtSpeed(ClosureContext& ctx, TabularResource* res,
                                                      int64_t step, absl::Span<const Tensor> args) {
   tabular::DealtStream* dealt = res->dealt();
@@ -373,6 +352,24 @@ absl::StatusOr<std::vector<Tensor>> TrainStepAtSpeed(ClosureContext& ctx, Tabula
   res->LogRows(batch.ids);
   out->push_back(Tensor::FromVector(batch.ids));
   return out;
+}
+// Args: the step, and when the coordinator deals the data, the splits dealt with this closure
+// (coordinator/split_ledger.h, EncodeDeal). Returns {mean loss, examples, the baseline's mean
+// loss}, and when dealt, the trained rows' ids (a batch may then be short, or empty at the end).
+absl::StatusOr<std::vector<Tensor>> TrainStep(ClosureContext& ctx, absl::Span<const Tensor> args) {
+  ASSIGN_OR_RETURN(int64_t step, IntArg(args, 0, kTabularTrain));
+  if (step < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(kTabularTrain, ": step ", step, " < 0"));
+  }
+  ASSIGN_OR_RETURN(TabularResource * res, ResourceOf(ctx, kTabularTrain));
+  if (res->slow_factor() > 1) {
+    // A straggler: the step, then as long again times (factor - 1), holding its closure.
+    const absl::Time start = absl::Now();
+    absl::StatusOr<std::vector<Tensor>> out = TrainStepAtSpeed(ctx, res, step, args);
+    absl::SleepFor((absl::Now() - start) * (res->slow_factor() - 1));
+    return out;
+  }
+  return TrainStepAtSpeed(ctx, res, step, args);
 }
 
 int Argmax(const float* x, int k) { return static_cast<int>(std::max_element(x, x + k) - x); }
