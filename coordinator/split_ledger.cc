@@ -79,7 +79,8 @@ SplitLedger::SplitLedger(SplitLedgerOptions options)
   held_.assign(options_.num_workers, 0);
   inflight_.assign(options_.num_workers, 0);
   seq_.assign(options_.num_workers, 0);
-  counts_.splits = num_splits_;
+  counts_.splits = 0;
+  for (int64_t r : options_.split_rows) counts_.splits += r > 0 ? 1 : 0;
   int64_t rows = 0;
   for (int64_t r : options_.split_rows) rows += r;
   counts_.rows_left = rows * options_.epochs;
@@ -98,8 +99,7 @@ void SplitLedger::PushEpochLocked() {
   counts_.epoch = epoch;
   for (int64_t id : EpochOrder(epoch)) {
     if (options_.split_rows[id % num_splits_] == 0) {
-      done_[id] = true;  // nothing to train in it
-      ++counts_.splits_done;
+      done_[id] = true;  // nothing to train in it (not counted: Counts::splits leaves it out)
       continue;
     }
     if (!done_[id]) pool_.push_back(id);
@@ -307,7 +307,7 @@ absl::Status SplitLedger::StartAtEpoch(int epochs) {
     return absl::InvalidArgumentError(
         absl::StrCat("split ledger: epoch ", epochs, " outside [0, ", options_.epochs, "]"));
   }
-  if (next_epoch_ > 0 || !open_.empty() || counts_.splits_done > 0) {
+  if (next_epoch_ > 0 || !open_.empty() || counts_.rows_trained > 0) {
     return absl::FailedPreconditionError("split ledger: already dealing");
   }
   int64_t epoch_rows = 0;
@@ -315,7 +315,7 @@ absl::Status SplitLedger::StartAtEpoch(int epochs) {
   for (int64_t id = 0; id < epochs * num_splits_; ++id) done_[id] = true;
   next_epoch_ = epochs;
   counts_.epoch = epochs;
-  counts_.splits_done = epochs * num_splits_;
+  counts_.splits_done = epochs * counts_.splits;
   counts_.rows_trained = epochs * epoch_rows;
   counts_.rows_left = (options_.epochs - epochs) * epoch_rows;
   return absl::OkStatus();
@@ -395,7 +395,7 @@ absl::Status SplitLedger::Restore(const std::string& state) {
   }
   next_epoch_ = next_epoch;
   Counts c;
-  c.splits = num_splits_;
+  c.splits = counts_.splits;
   c.epoch = std::max(0, next_epoch - 1);
   c.splits_reassigned = j.value("reassigned", int64_t{0});
   c.rows_twice = j.value("rows_twice", int64_t{0});
@@ -403,7 +403,7 @@ absl::Status SplitLedger::Restore(const std::string& state) {
   int64_t rows_left = 0;
   for (int64_t id = 0; id < static_cast<int64_t>(done_.size()); ++id) {
     if (done_[id]) {
-      ++c.splits_done;
+      c.splits_done += options_.split_rows[id % num_splits_] > 0 ? 1 : 0;
       c.rows_trained += options_.split_rows[id % num_splits_];
     } else {
       rows_left += options_.split_rows[id % num_splits_];

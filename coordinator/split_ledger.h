@@ -106,7 +106,7 @@ class SplitLedger final : public ClosureDealer {
 
   // What the ledger has seen so far.
   struct Counts {
-    int64_t splits = 0;            // per epoch
+    int64_t splits = 0;            // per epoch, those with training rows
     int64_t splits_done = 0;       // over all epochs
     int64_t splits_in_flight = 0;  // dealt to a worker, not done
     int64_t splits_reassigned = 0; // dealt again after their worker was lost
