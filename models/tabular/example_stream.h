@@ -186,7 +186,7 @@ class DealtStream {
   // rows run out before the deals up to `seq` arrived (closures run in any order), waits for them,
   // up to `wait`. Errors: RangeReader's.
   absl::Status Next(int64_t n, int64_t seq, Batch* out,
-                    absl::Duration wait = absl::Seconds(2));
+                    absl::Duration wait = absl::Seconds(10));
   // A batch taken by Next whose closure failed goes back into the buffer.
   void PutBack(const Batch& batch);
 
