@@ -22,7 +22,6 @@
 //       [--workers=2] [--variants=sync,async,async_inverse,...] [--rows=1000000]
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -60,13 +59,6 @@ ABSL_FLAG(std::string, python, "/usr/bin/python3",
 
 namespace pstrain {
 namespace {
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 // The dense gradients' staleness over every ps's fixed shards, from their metrics: the mean
 // weighted by each shard's gradients, and the largest p99.
@@ -243,26 +235,14 @@ int Main() {
       ClickLogOptions o;
       o.train_rows = absl::GetFlag(FLAGS_rows);
       o.test_rows = o.train_rows / 5;
-      const std::string dir = absl::GetFlag(FLAGS_dir);
-      std::error_code made;
-      std::filesystem::create_directories(dir, made);
-      if (made) {
-        std::fprintf(stderr, "error: can't make %s: %s\n", dir.c_str(), made.message().c_str());
-        return 2;
-      }
-      absl::StatusOr<ClickLog> log = WriteClickLog(dir, o);
+      absl::StatusOr<ClickLog> log = WriteClickLog(absl::GetFlag(FLAGS_dir), o);
       if (!log.ok()) {
         std::fprintf(stderr, "error: %s\n", std::string(log.status().message()).c_str());
         return 2;
       }
-      const std::string spec_path = absl::StrCat(dir, "/click_spec.json");
-      FILE* f = std::fopen(spec_path.c_str(), "w");
-      if (f == nullptr) return 2;
-      std::fputs(ClickLogSpec(*log).c_str(), f);
-      std::fclose(f);
       model = "tabular";
       mo.data = log->train_path;
-      mo.extra["feature_spec"] = spec_path;
+      mo.extra["feature_spec"] = log->spec_path;
       about.update({{"train_rows", log->train_rows}, {"test_rows", log->test_rows},
                     {"train_ctr", log->train_ctr}, {"best_test_auc", log->best_test_auc},
                     {"best_test_logloss", log->best_test_logloss},

@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
@@ -17,6 +18,13 @@ double Round(double x, int digits) {
 }
 
 void Emit(const nlohmann::json& line) { std::cout << line.dump() << std::endl; }
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
 
 void Die(const absl::Status& status, absl::string_view what) {
   std::cerr << "bench: " << what << ": " << status << std::endl;

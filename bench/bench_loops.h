@@ -20,6 +20,8 @@
 namespace pstrain {
 
 double Round(double x, int digits = 3);
+// The median of `v` (the mean of the middle two for an even count); 0 when empty.
+double Median(std::vector<double> v);
 // One JSON object on its own line on stdout.
 void Emit(const nlohmann::json& line);
 // Prints "bench: <what>: <status>" and exits 1.

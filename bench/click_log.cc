@@ -3,6 +3,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <vector>
 
@@ -157,6 +158,9 @@ absl::Status WriteFile(const World& world, const std::string& path, int64_t rows
 }  // namespace
 
 absl::StatusOr<ClickLog> WriteClickLog(const std::string& dir, const ClickLogOptions& options) {
+  std::error_code made;
+  std::filesystem::create_directories(dir, made);
+  if (made) return absl::InternalError(absl::StrCat("can't make ", dir, ": ", made.message()));
   const World world(options.seed);
   ClickLog log;
   log.train_path = absl::StrCat(dir, "/click_train.csv");
@@ -180,6 +184,12 @@ absl::StatusOr<ClickLog> WriteClickLog(const std::string& dir, const ClickLogOpt
     loss -= labels[i] > 0.5 ? std::log(q) : std::log(1 - q);
   }
   log.best_test_logloss = loss / static_cast<double>(std::max<size_t>(1, p.size()));
+  log.spec_path = absl::StrCat(dir, "/click_spec.json");
+  std::unique_ptr<FILE, int (*)(FILE*)> spec(std::fopen(log.spec_path.c_str(), "w"), &std::fclose);
+  if (spec == nullptr || std::fputs(ClickLogSpec(log).c_str(), spec.get()) < 0 ||
+      std::fflush(spec.get()) != 0) {
+    return absl::InternalError(absl::StrCat("can't write ", log.spec_path));
+  }
   return log;
 }
 

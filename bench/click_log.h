@@ -26,14 +26,16 @@ struct ClickLogOptions {
 
 struct ClickLog {
   std::string train_path, test_path;
+  std::string spec_path;       // ClickLogSpec's text, written beside them
   int64_t train_rows = 0, test_rows = 0;
   double train_ctr = 0;        // positives / rows in the training file
   double best_test_auc = 0;    // the AUC of the true probabilities on the test file
   double best_test_logloss = 0;  // their log loss there
 };
 
-// Writes `dir`/click_train.csv and `dir`/click_test.csv (replacing them). Errors: kInternal
-// naming a file that can't be written.
+// Writes `dir`/click_train.csv, `dir`/click_test.csv and their feature spec `dir`/click_spec.json
+// (ClickLogSpec; replacing them), making `dir` first if need be. Errors: kInternal naming a
+// directory or file that can't be written.
 absl::StatusOr<ClickLog> WriteClickLog(const std::string& dir, const ClickLogOptions& options);
 
 // The feature spec (models/tabular) a user would write for it: the 13 counts bucketized by

@@ -29,6 +29,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "bench/bench_loops.h"
 #include "bench/click_log.h"
 #include "common/status_macros.h"
 #include "coordinator/in_process_cluster.h"
@@ -44,18 +45,6 @@ ABSL_FLAG(bool, kill_ps, true, "kill: also restart ps 1 half way.");
 
 namespace pstrain {
 namespace {
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-void Emit(const nlohmann::json& j) {
-  std::printf("%s\n", j.dump().c_str());
-  std::fflush(stdout);
-}
 
 struct Run {
   double auc = 0, examples_per_s = 0, seconds = 0, rows_trained = 0, rows_twice = 0;
@@ -124,23 +113,15 @@ int Main() {
   ClickLogOptions o;
   o.train_rows = absl::GetFlag(FLAGS_rows);
   o.test_rows = o.train_rows / 5;
-  const std::string dir = absl::GetFlag(FLAGS_dir);
-  std::error_code made;
-  std::filesystem::create_directories(dir, made);
-  absl::StatusOr<ClickLog> log = WriteClickLog(dir, o);
+  absl::StatusOr<ClickLog> log = WriteClickLog(absl::GetFlag(FLAGS_dir), o);
   if (!log.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(log.status().message()).c_str());
     return 2;
   }
-  const std::string spec_path = absl::StrCat(dir, "/click_spec.json");
-  FILE* f = std::fopen(spec_path.c_str(), "w");
-  if (f == nullptr) return 2;
-  std::fputs(ClickLogSpec(*log).c_str(), f);
-  std::fclose(f);
   ModelOptions mo;
   mo.epochs = 1;
   mo.data = log->train_path;
-  mo.extra["feature_spec"] = spec_path;
+  mo.extra["feature_spec"] = log->spec_path;
   Emit({{"name", "dataset"}, {"train_rows", log->train_rows}, {"test_rows", log->test_rows},
         {"best_test_auc", log->best_test_auc}, {"workers", 3}, {"ps", 2}});
 
