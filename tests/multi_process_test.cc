@@ -18,6 +18,7 @@
 #include "cluster/port_picker.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/row_log.h"
 #include "tests/subprocess.h"
 #include "tests/toy_fashion_data.h"
 
@@ -248,18 +249,7 @@ TEST_F(MultiProcessTest, TabularDealtSplits_WorkersKilled_EveryRowTrainedRepeats
        "--validation_fraction=0", "--checkpoint_dir=" + tmp_ + "/dealt_ckpt", "--restore=none",
        "--logdir=", "--model_opt=row_log=" + row_log + ",hold_rows=2048,shuffle_buffer=4096"});
   // The rows the workers logged so far: id -> times.
-  auto logged = [&]() {
-    std::map<int64_t, int> seen;
-    std::error_code ec;
-    for (const auto& entry : std::filesystem::directory_iterator(tmp_, ec)) {
-      const std::string name = entry.path().filename().string();
-      if (name.rfind("dealt_rows.worker", 0) != 0) continue;
-      std::ifstream in(entry.path(), std::ios::binary);
-      int64_t id = 0;
-      while (in.read(reinterpret_cast<char*>(&id), sizeof(id))) ++seen[id];
-    }
-    return seen;
-  };
+  auto logged = [&]() { return LoggedRows(tmp_, "dealt_rows"); };
   // A fifth of the epoch in, kill worker 2 for good and worker 1 for a restart.
   const absl::Time deadline = absl::Now() + absl::Seconds(120);
   while (logged().size() < 10000 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));

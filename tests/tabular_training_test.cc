@@ -7,11 +7,11 @@
 #include <zlib.h>
 
 #include <cmath>
-#include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -22,6 +22,7 @@
 #include "gtest/gtest.h"
 #include "models/registry.h"
 #include "models/tabular/tabular_model.h"
+#include "tests/row_log.h"
 #include "tests/train_in_process.h"
 
 namespace pstrain {
@@ -129,46 +130,21 @@ TEST(TabularTrainTest, SlowWorker_DealtFewerRowsEveryRowOnce) {
     'features': [{'name': 'city', 'column': 'city'},
                  {'name': 'income', 'type': 'numeric', 'column': 'income'}],
     'model': {'type': 'wide_and_deep', 'embedding_dim': 4, 'hidden': [8]}})");
-  const std::string log = dir + "/rows";
   absl::StatusOr<TrainResult> r =
       Train(spec, dir + "/t.csv", /*epochs=*/1,
-            {{"slow_worker", "2"}, {"slow_factor", "3"}, {"row_log", log}, {"hold_rows", "512"}},
+            {{"slow_worker", "2"}, {"slow_factor", "3"}, {"row_log", dir + "/rows"}, {"hold_rows", "512"}},
             /*workers=*/3);
   ASSERT_TRUE(r.ok()) << r.status();
   const int64_t train = std::stoll(r->metrics.notes.at("train_rows"));
-  std::map<int64_t, int> seen;
-  std::vector<int64_t> per_worker(3, 0);
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("rows.worker", 0) != 0) continue;
-    const int w = name[11] - '0';
-    ASSERT_GE(w, 0);
-    ASSERT_LT(w, 3);
-    std::ifstream in(entry.path(), std::ios::binary);
-    int64_t id = 0;
-    while (in.read(reinterpret_cast<char*>(&id), sizeof(id))) {
-      ++seen[id];
-      ++per_worker[w];
-    }
-  }
+  std::vector<int64_t> per_worker;
+  const std::map<int64_t, int> seen = LoggedRows(dir, "rows", &per_worker);
+  ASSERT_EQ(per_worker.size(), 3u);
   EXPECT_EQ(static_cast<int64_t>(seen.size()), train);
   for (const auto& [id, times] : seen) ASSERT_EQ(times, 1) << id;
   EXPECT_EQ(per_worker[0] + per_worker[1] + per_worker[2], train);
   EXPECT_LT(per_worker[2], per_worker[0]) << r->metrics.notes.at("data_splits");
   EXPECT_LT(per_worker[2], per_worker[1]) << per_worker[0] << " " << per_worker[2];
   EXPECT_EQ(r->metrics.values.at("data_rows_left"), 0);
-}
-
-// The ids a run's workers logged (row_log): id -> times.
-std::map<int64_t, int> LoggedRows(const std::string& dir, const std::string& prefix) {
-  std::map<int64_t, int> seen;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    if (entry.path().filename().string().rfind(prefix + ".worker", 0) != 0) continue;
-    std::ifstream in(entry.path(), std::ios::binary);
-    int64_t id = 0;
-    while (in.read(reinterpret_cast<char*>(&id), sizeof(id))) ++seen[id];
-  }
-  return seen;
 }
 
 // A job that dies mid-epoch resumes from its last checkpoint with the splits not yet done: the

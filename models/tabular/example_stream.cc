@@ -13,6 +13,17 @@ namespace {
 
 constexpr uint64_t kRowSalt = 0x20a5a17000000003ull;  // the unknown_fraction draws
 
+// Copies one example (its keys, dense inputs and label) into `dst`. (A spec may have no sparse or
+// no dense features: then there is nothing, not even a pointer, to copy.)
+void CopyExample(const ExampleLayout& layout, const int64_t* keys, const float* dense, float label,
+                 ExampleRef dst) {
+  const size_t slot_bytes = sizeof(int64_t) * layout.num_slots;
+  const size_t dense_bytes = sizeof(float) * layout.num_dense;
+  if (slot_bytes > 0) std::memcpy(dst.keys, keys, slot_bytes);
+  if (dense_bytes > 0) std::memcpy(dst.dense, dense, dense_bytes);
+  *dst.label = label;
+}
+
 }  // namespace
 
 void Batch::Resize(int64_t rows, const ExampleLayout& layout) {
@@ -157,13 +168,7 @@ absl::StatusOr<bool> TrainStream::ReadInto(int64_t slot) {
 
 void TrainStream::CopySlot(int64_t from, ExampleRef dst) {
   const ExampleRef src = Slot(from);
-  // (A spec may have no sparse or no dense features: then there is nothing, not even a pointer,
-  // to copy.)
-  const size_t slot_bytes = sizeof(int64_t) * layout_.num_slots;
-  const size_t dense_bytes = sizeof(float) * layout_.num_dense;
-  if (slot_bytes > 0) std::memcpy(dst.keys, src.keys, slot_bytes);
-  if (dense_bytes > 0) std::memcpy(dst.dense, src.dense, dense_bytes);
-  *dst.label = *src.label;
+  CopyExample(layout_, src.keys, src.dense, *src.label, dst);
 }
 
 absl::Status TrainStream::Next(int64_t step, int64_t n, Batch* out) {
@@ -332,20 +337,13 @@ absl::Status DealtStream::Next(int64_t n, int64_t seq, Batch* out, absl::Duratio
     }
     if (size_ == 0) break;  // no more dealt rows here
     const int64_t j = static_cast<int64_t>(rng_() % static_cast<uint64_t>(size_));
-    ExampleRef dst = out->At(i, layout_);
-    const ExampleRef src = SlotLocked(j);
-    const size_t slot_bytes = sizeof(int64_t) * layout_.num_slots;
-    const size_t dense_bytes = sizeof(float) * layout_.num_dense;
-    if (slot_bytes > 0) std::memcpy(dst.keys, src.keys, slot_bytes);
-    if (dense_bytes > 0) std::memcpy(dst.dense, src.dense, dense_bytes);
-    *dst.label = *src.label;
+    const ExampleRef drawn = SlotLocked(j);
+    CopyExample(layout_, drawn.keys, drawn.dense, *drawn.label, out->At(i, layout_));
     out->ids[i] = ids_[j];
     const int64_t last = size_ - 1;
     if (j != last) {
       const ExampleRef l = SlotLocked(last);
-      if (slot_bytes > 0) std::memcpy(src.keys, l.keys, slot_bytes);
-      if (dense_bytes > 0) std::memcpy(src.dense, l.dense, dense_bytes);
-      *src.label = *l.label;
+      CopyExample(layout_, l.keys, l.dense, *l.label, drawn);
       ids_[j] = ids_[last];
     }
     --size_;
@@ -359,15 +357,9 @@ void DealtStream::PutBack(const Batch& batch) {
   if (batch.ids.size() != static_cast<size_t>(batch.n)) return;
   absl::MutexLock lock(&mu_);
   GrowLocked(size_ + batch.n);
-  const size_t slot_bytes = sizeof(int64_t) * layout_.num_slots;
-  const size_t dense_bytes = sizeof(float) * layout_.num_dense;
   for (int64_t i = 0; i < batch.n; ++i) {
-    const ExampleRef dst = SlotLocked(size_);
-    if (slot_bytes > 0) std::memcpy(dst.keys, batch.keys.data() + i * layout_.num_slots, slot_bytes);
-    if (dense_bytes > 0) {
-      std::memcpy(dst.dense, batch.dense.data() + i * layout_.num_dense, dense_bytes);
-    }
-    *dst.label = batch.labels[i];
+    CopyExample(layout_, batch.keys.data() + i * layout_.num_slots,
+                batch.dense.data() + i * layout_.num_dense, batch.labels[i], SlotLocked(size_));
     ids_[size_] = batch.ids[i];
     ++size_;
   }

@@ -110,13 +110,13 @@ class TabularModel final : public Model {
     so.seed = config_.seed;
     // A synchronous rank's coordinator has one worker (itself): its part of the data is one of
     // the ranks' shares. Dealt: one share, the splits of which the coordinator deals.
-    dealt_ = config_.deal_splits && config_.data_shards <= 1;
+    const bool dealt = config_.deal_splits && config_.data_shards <= 1;
     so.workers = config_.data_shards > 1 ? config_.data_shards
-                 : dealt_                 ? 1
+                 : dealt                  ? 1
                                           : coordinator->num_workers();
     so.skip_bad_rows = config_.skip_bad_rows;
     // Dealt: splits small enough that every worker is dealt many (a few hundred rows at least).
-    if (dealt_) so.min_ranges = 64 * coordinator->num_workers();
+    if (dealt) so.min_ranges = 64 * coordinator->num_workers();
     const absl::Time scan_start = absl::Now();
     ASSIGN_OR_RETURN(plan_, tabular::Scan(spec_, so));
     scan_seconds_ = absl::ToDoubleSeconds(absl::Now() - scan_start);
@@ -154,7 +154,7 @@ class TabularModel final : public Model {
       job["slow_worker"] = config_.slow_worker;
       job["slow_factor"] = config_.slow_factor;
     }
-    if (dealt_) {
+    if (dealt) {
       job["dealt"] = true;
       if (!config_.row_log.empty()) job["row_log"] = config_.row_log;
       SplitLedgerOptions lo;
@@ -454,8 +454,8 @@ class TabularModel final : public Model {
   }
 
   const TabularConfig config_;
-  bool dealt_ = false;
-  std::shared_ptr<SplitLedger> ledger_;  // null unless dealt_
+  // The data's splits dealt on demand (coordinator/split_ledger.h); null for fixed shares.
+  std::shared_ptr<SplitLedger> ledger_;
   Spec spec_;
   DataPlan plan_;
   NetShape shape_;
