@@ -67,6 +67,7 @@ absl::StatusOr<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(
   cluster->registry_ = options.registry;
   cluster->mirror_ = options.mirror;
   cluster->ps_memory_budget_bytes_ = options.ps_memory_budget_bytes;
+  cluster->ps_disk_dir_ = options.ps_disk_dir;
   if (options.metrics_port >= 0) {
     int next = options.metrics_port;
     for (const TaskRef& task : cluster->spec_.AllTasks()) {
@@ -107,6 +108,7 @@ absl::Status InProcessCluster::StartTaskLocked(const TaskRef& task) {
     options.task_index = task.index;
     options.listen_address = address;
     options.memory_budget_bytes = ps_memory_budget_bytes_;
+    options.disk_dir = ps_disk_dir_;
     if (auto m = metrics_.find(task); m != metrics_.end()) options.metrics = m->second.registry.get();
     ASSIGN_OR_RETURN(ps_[task.index], PsServer::Start(options));
   } else {

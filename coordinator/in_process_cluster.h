@@ -28,6 +28,8 @@ struct InProcessClusterOptions {
   std::string host = "localhost";
   // Each ps task's memory budget in bytes (see PsServerOptions). Default 0: none.
   int64_t ps_memory_budget_bytes = 0;
+  // Where each ps task's disk tiers go (PsServerOptions::disk_dir). Default empty: temporary.
+  std::string ps_disk_dir;
   // The closures and datasets every worker can run. Default (nullptr): the built-in ones.
   std::shared_ptr<const ClosureRegistry> registry;
   // Synchronous training: every worker's updates go through this group (WorkerServerOptions::
@@ -98,6 +100,7 @@ class InProcessCluster {
   };
   std::map<TaskRef, TaskMetrics> metrics_;
   int64_t ps_memory_budget_bytes_ = 0;
+  std::string ps_disk_dir_;
   mutable absl::Mutex mu_;
   // Below: guarded by mu_. A stopped task has no entry.
   std::map<int, std::unique_ptr<PsServer>> ps_ ABSL_GUARDED_BY(mu_);

@@ -127,6 +127,7 @@ absl::StatusOr<DynamicTable> VariableCreator::CreateTable(const TableSpec& spec)
   const int num_shards = spec.num_shards > 0 ? spec.num_shards : range.second - range.first;
   DynamicTableDef dynamic = spec.options;
   dynamic.set_dim(spec.dim);
+  if (placement_.tables_disk_tier) dynamic.set_disk_tier(true);
   const std::string key =
       absl::StrCat(num_shards, "|", dynamic.SerializeAsString(), "|",
                    spec.initializer.SerializeAsString(), "|",

@@ -72,6 +72,9 @@ struct PlacementOptions {
   int variables_ps_end = -1;
   int tables_ps_begin = 0;
   int tables_ps_end = -1;
+  // Every dynamic table gets a disk tier (DynamicTableDef.disk_tier: rows past the ps's memory
+  // budget move to its disk instead of failing the job). Default false: a table's own option.
+  bool tables_disk_tier = false;
 };
 
 // Thread-safe.

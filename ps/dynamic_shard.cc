@@ -83,7 +83,8 @@ std::string DynamicShard::Who() const {
 }
 
 absl::StatusOr<std::unique_ptr<DynamicShard>> DynamicShard::Create(const VariableShardDef& def,
-                                                                   MemoryBudget* budget) {
+                                                                   MemoryBudget* budget,
+                                                                   const std::string& disk_dir) {
   const std::string who = absl::StrCat("dynamic table shard \"", def.name(), "\"");
   auto invalid = [&](absl::string_view why) {
     return absl::InvalidArgumentError(absl::StrCat(who, ": ", why));
@@ -125,6 +126,10 @@ absl::StatusOr<std::unique_ptr<DynamicShard>> DynamicShard::Create(const Variabl
     return invalid("max_rows and max_bytes must not be negative");
   }
   if (!std::isfinite(d.default_value())) return invalid("default_value must be finite");
+  if (d.disk_max_bytes() < 0) return invalid("disk_max_bytes must not be negative");
+  if (d.disk_tier() && disk_dir.empty()) {
+    return invalid("asks for a disk tier, but the ps has no disk directory");
+  }
   if (absl::Status s = ValidateInitializer(def.initializer()); !s.ok()) {
     return invalid(s.message());
   }
@@ -163,6 +168,13 @@ absl::StatusOr<std::unique_ptr<DynamicShard>> DynamicShard::Create(const Variabl
   admission.sketch_bytes = d.admission_sketch_bytes();
   admission.seed = def.initializer().seed();
   RETURN_IF_ERROR(shard->admission_.Start(admission, budget, who));
+  if (d.disk_tier()) {
+    DiskTierOptions tier;
+    tier.dir = absl::StrCat(disk_dir, "/", DiskTierDirName(def.name()));
+    tier.max_bytes = d.disk_max_bytes();
+    ASSIGN_OR_RETURN(shard->tier_,
+                     DiskTier::Open(tier, kHeaderBytes + shard->record_floats() * 4, who, budget));
+  }
   return shard;
 }
 
@@ -238,13 +250,14 @@ int64_t DynamicShard::StoreWalk(Stripe& s, const int64_t* keys, const uint64_t* 
 
 // ---- Across stripes.
 
-void DynamicShard::SweepDueStripes(const DynamicOpContext& ctx) {
-  if (clock_.ttl() == 0) return;
+absl::Status DynamicShard::SweepDueStripes(const DynamicOpContext& ctx) {
+  if (clock_.ttl() == 0) return absl::OkStatus();
   for (int i = 0; i < kStripes; ++i) {
     Stripe& s = *stripes_[i];
     absl::MutexLock lock(&s.mu);
     MaybeSweep(s, ctx);
   }
+  return tier_ == nullptr ? absl::OkStatus() : SweepDiskIfDue(ctx);
 }
 
 void DynamicShard::LockAll() const ABSL_NO_THREAD_SAFETY_ANALYSIS {
@@ -291,6 +304,218 @@ void DynamicShard::EvictLeastRecentlyUsed(int64_t keep, const DynamicOpContext& 
       (expired ? evicted_ttl_ : evicted_capacity_).fetch_add(1, std::memory_order_relaxed);
     }
   }
+}
+
+// ---- The disk tier.
+
+std::vector<EvictionCandidate> DynamicShard::ColdestLocked(
+    int stripe, int64_t count, const absl::flat_hash_set<int64_t>& keep) const {
+  std::vector<EvictionCandidate> all;
+  const uint32_t now = static_cast<uint32_t>(clock_.step());
+  for (int i = stripe < 0 ? 0 : stripe; i < (stripe < 0 ? kStripes : stripe + 1); ++i) {
+    const Stripe& s = *stripes_[i];
+    AssertHeld(s);
+    s.table.ForEachLive([&](const char* record) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      const RecordHeader* h = Header(record);
+      if (!keep.empty() && keep.contains(h->key)) return;
+      all.push_back({now - h->step, h->count, h->key, i});
+    });
+  }
+  const size_t n = static_cast<size_t>(std::min<int64_t>(count, static_cast<int64_t>(all.size())));
+  EvictionOrder(n, &all);
+  all.resize(n);
+  return all;
+}
+
+absl::Status DynamicShard::MoveToDiskLocked(const std::vector<EvictionCandidate>& victims,
+                                            const DynamicOpContext& ctx) {
+  if (victims.empty()) return absl::OkStatus();
+  const int64_t vb = tier_->value_bytes();
+  std::vector<int64_t> keys;
+  std::vector<char> values;
+  keys.reserve(victims.size());
+  values.reserve(victims.size() * static_cast<size_t>(vb));
+  for (const EvictionCandidate& v : victims) {
+    const Stripe& s = *stripes_[v.stripe];
+    AssertHeld(s);
+    const char* record = s.table.Find(v.key, StripeHash(v.key));
+    if (record == nullptr || clock_.Expired(Header(record)->step)) continue;  // erased below
+    keys.push_back(v.key);
+    values.insert(values.end(), record, record + vb);
+  }
+  RETURN_IF_ERROR(tier_->Write(keys, values.data(), {}, static_cast<int64_t>(keys.size())));
+  for (const EvictionCandidate& v : victims) {
+    Stripe& s = *stripes_[v.stripe];
+    AssertHeld(s);
+    uint64_t pos = 0;
+    if (!s.table.Probe(v.key, StripeHash(v.key), &pos)) continue;
+    if (clock_.Expired(Header(s.table.RecordAt(pos))->step)) {
+      EraseAt(s.table, s.erased, pos, ctx);
+      evicted_ttl_.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      s.table.EraseAt(pos);  // moved, not gone: no erasure to remember
+    }
+  }
+  moved_to_disk_.fetch_add(static_cast<int64_t>(keys.size()), std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+absl::Status DynamicShard::EnsureRoomLocked(const int64_t* need,
+                                            const absl::flat_hash_set<int64_t>& keep,
+                                            const DynamicOpContext& ctx) {
+  int64_t total = 0;
+  for (int i = 0; i < kStripes; ++i) total += need[i];
+  if (total == 0) return absl::OkStatus();
+  int64_t keep_keys = 0;
+  const int64_t held = LiveLocked();
+  if (EvictionNeeded(capacity_, held, total, &keep_keys)) {
+    RETURN_IF_ERROR(MoveToDiskLocked(
+        ColdestLocked(-1, held - std::max<int64_t>(0, keep_keys), keep), ctx));
+  }
+  for (int i = 0; i < kStripes; ++i) {
+    if (need[i] == 0) continue;
+    Stripe& s = *stripes_[i];
+    AssertHeld(s);
+    absl::Status room = s.table.MakeRoom(need[i], Who());
+    if (room.ok() || !absl::IsResourceExhausted(room)) {
+      RETURN_IF_ERROR(room);
+      continue;
+    }
+    // The memory can't grow: the stripe's coldest sixteenth (at least what it needs) to disk.
+    const std::vector<EvictionCandidate> victims =
+        ColdestLocked(i, std::max(need[i], s.table.live() / 16), keep);
+    if (victims.empty()) return room;
+    RETURN_IF_ERROR(MoveToDiskLocked(victims, ctx));
+    RETURN_IF_ERROR(s.table.MakeRoom(need[i], Who()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DynamicShard::FaultInLocked(const KeyBatch& batch,
+                                         const std::vector<int32_t>& positions, bool promote,
+                                         bool room_for_new, const DynamicOpContext& ctx,
+                                         char* out, std::vector<uint8_t>* found) {
+  const int64_t rb = row_bytes();
+  // 1. The keys RAM lacks, each once; the positions of each.
+  std::vector<int64_t> keys;
+  std::vector<uint64_t> hashes;
+  std::vector<std::pair<int32_t, int32_t>> position_key;  // (position, index in keys)
+  absl::flat_hash_map<int64_t, int32_t> index_of;
+  for (int32_t p : positions) {
+    const Stripe& s = *stripes_[StripeOf(batch.hashes[p])];
+    AssertHeld(s);
+    const char* record = s.table.Find(batch.keys[p], batch.hashes[p]);
+    if (record != nullptr) {
+      // Held in RAM (by now: another request may have moved it back). An expired record is in
+      // RAM alone: the insert that follows stores the key afresh.
+      if (!promote && !clock_.Expired(Header(record)->step)) {
+        CopyRow(out + p * rb, Floats(record), rb);
+        (*found)[p] = 1;
+      }
+      continue;
+    }
+    auto [it, added] = index_of.emplace(batch.keys[p], static_cast<int32_t>(keys.size()));
+    if (added) {
+      keys.push_back(batch.keys[p]);
+      hashes.push_back(batch.hashes[p]);
+    }
+    position_key.emplace_back(p, it->second);
+  }
+  if (keys.empty()) return absl::OkStatus();
+  // 2. One read for all of them.
+  const int64_t vb = tier_->value_bytes();
+  std::vector<char> values(keys.size() * static_cast<size_t>(vb));
+  std::vector<uint8_t> held;
+  RETURN_IF_ERROR(tier_->Read(keys.data(), keys.size(), values.data(), &held));
+  std::vector<int64_t> expired;
+  for (size_t k = 0; k < keys.size(); ++k) {
+    if (!held[k]) continue;
+    RecordHeader h;
+    std::memcpy(&h, values.data() + k * vb, sizeof(h));
+    if (clock_.Expired(h.step)) {
+      held[k] = 0;
+      expired.push_back(keys[k]);
+    }
+  }
+  if (!promote) {
+    for (const auto& [p, k] : position_key) {
+      if (!held[k]) continue;
+      std::memcpy(out + p * rb, values.data() + k * vb + kHeaderBytes, static_cast<size_t>(rb));
+      (*found)[p] = 1;
+    }
+    return absl::OkStatus();  // expired keys stay until a sweep: an evaluation changes nothing
+  }
+  // 3. Room, then the held keys back into RAM with their headers (generation kept: a move is not
+  //    a change).
+  int64_t need[kStripes] = {};
+  for (size_t k = 0; k < keys.size(); ++k) {
+    if (held[k] || room_for_new) ++need[StripeOf(hashes[k])];
+  }
+  absl::flat_hash_set<int64_t> keep(batch.keys.begin(), batch.keys.end());
+  RETURN_IF_ERROR(EnsureRoomLocked(need, keep, ctx));
+  std::vector<int64_t> off_disk;
+  for (size_t k = 0; k < keys.size(); ++k) {
+    if (!held[k]) continue;
+    Stripe& s = *stripes_[StripeOf(hashes[k])];
+    AssertHeld(s);
+    RecordHeader h;
+    std::memcpy(&h, values.data() + k * vb, sizeof(h));
+    uint64_t pos = 0;
+    s.table.Probe(keys[k], hashes[k], &pos);
+    char* record = s.table.InsertAt(keys[k], hashes[k], pos, h.step, h.count, h.generation);
+    std::memcpy(Floats(record), values.data() + k * vb + kHeaderBytes,
+                static_cast<size_t>(vb - kHeaderBytes));
+    off_disk.push_back(keys[k]);
+  }
+  const int64_t moved = static_cast<int64_t>(off_disk.size());
+  off_disk.insert(off_disk.end(), expired.begin(), expired.end());
+  absl::Status deleted =
+      tier_->Write({}, nullptr, off_disk, -static_cast<int64_t>(off_disk.size()));
+  if (!deleted.ok()) {
+    // The disk keeps them: out of RAM again.
+    for (int64_t i = 0; i < moved; ++i) {
+      Stripe& s = *stripes_[StripeOf(StripeHash(off_disk[i]))];
+      AssertHeld(s);
+      uint64_t pos = 0;
+      if (s.table.Probe(off_disk[i], StripeHash(off_disk[i]), &pos)) s.table.EraseAt(pos);
+    }
+    return deleted;
+  }
+  for (int64_t key : expired) {
+    Stripe& s = *stripes_[StripeOf(StripeHash(key))];
+    AssertHeld(s);
+    if (ctx.track_erasures) s.erased.Add(key, ctx.generation);
+  }
+  evicted_ttl_.fetch_add(static_cast<int64_t>(expired.size()), std::memory_order_relaxed);
+  moved_to_ram_.fetch_add(moved, std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+absl::Status DynamicShard::SweepDiskIfDue(const DynamicOpContext& ctx) {
+  absl::MutexLock sweep(&tier_sweep_mu_);
+  if (!clock_.SweepDue(&tier_next_sweep_) || tier_->rows() == 0) return absl::OkStatus();
+  LockAll();
+  std::vector<int64_t> expired;
+  absl::Status status = tier_->Scan(nullptr,
+                                    [&](int64_t key, const char* value) {
+                                      RecordHeader h;
+                                      std::memcpy(&h, value, sizeof(h));
+                                      if (clock_.Expired(h.step)) expired.push_back(key);
+                                      return true;
+                                    });
+  if (status.ok()) {
+    status = tier_->Write({}, nullptr, expired, -static_cast<int64_t>(expired.size()));
+  }
+  if (status.ok()) {
+    for (int64_t key : expired) {
+      Stripe& s = *stripes_[StripeOf(StripeHash(key))];
+      AssertHeld(s);
+      if (ctx.track_erasures) s.erased.Add(key, ctx.generation);
+    }
+    evicted_ttl_.fetch_add(static_cast<int64_t>(expired.size()), std::memory_order_relaxed);
+  }
+  UnlockAll();
+  return status;
 }
 
 // ---- Operations.
@@ -468,6 +693,10 @@ absl::Status DynamicShard::Insert(const KeyBatch& batch, const std::vector<int32
                                   const InsertCall& call, const DynamicOpContext& ctx,
                                   ThreadPool* pool) {
   const bool turns_away = (call.admission && admission_.on()) || capacity_ > 0;
+  if (tier_ != nullptr && !call.locked) {
+    return absl::InternalError(
+        absl::StrCat(Who(), ": an insert into a shard with a disk tier must hold every lock"));
+  }
   if (turns_away && !call.locked) {
     return absl::InternalError(absl::StrCat(
         Who(), ": an insert that may turn keys away must hold every stripe's lock"));
@@ -610,7 +839,8 @@ void DynamicShard::Choose(const KeyBatch& batch, const std::vector<int32_t>& mis
   for (size_t f = 0; f < fresh.size(); ++f) {
     const NewKey& k = fresh[f];
     bool in = !call.admission || admission_.Admits(keys[k.first], k.occurrences);
-    if (in && capacity_ > 0 && to_store >= capacity_) in = false;
+    // (With a disk tier, FaultInLocked made room already, moving keys to disk.)
+    if (in && capacity_ > 0 && tier_ == nullptr && to_store >= capacity_) in = false;
     if (in) {
       admitted[f] = 1;
       ++to_store;
@@ -621,7 +851,9 @@ void DynamicShard::Choose(const KeyBatch& batch, const std::vector<int32_t>& mis
   }
   // 4. Evictions to make room for them (these stand even if the memory can't be had later).
   int64_t keep = 0;
-  if (EvictionNeeded(capacity_, LiveLocked(), to_store, &keep)) EvictLeastRecentlyUsed(keep, ctx);
+  if (tier_ == nullptr && EvictionNeeded(capacity_, LiveLocked(), to_store, &keep)) {
+    EvictLeastRecentlyUsed(keep, ctx);
+  }
   std::vector<int32_t> store;  // every position of the keys to store
   for (size_t i = 0; i < still.size(); ++i) {
     if (admitted[fresh_of[i]]) store.push_back(still[i]);
@@ -641,7 +873,7 @@ absl::Status DynamicShard::Lookup(const KeyBatch& batch, bool insert, const Dyna
   const int64_t n = batch.size();
   if (insert) {
     AdvanceStep(ctx.step);
-    SweepDueStripes(ctx);
+    RETURN_IF_ERROR(SweepDueStripes(ctx));
   }
   std::vector<uint8_t> found(n, 0);  // bytes: pieces on other threads write their own
   if (Find(batch, /*sighting=*/insert, /*may_sweep=*/insert, ctx, &found, out, pool) == n) {
@@ -652,19 +884,36 @@ absl::Status DynamicShard::Lookup(const KeyBatch& batch, bool insert, const Dyna
     if (!found[i]) missing.push_back(static_cast<int32_t>(i));
   }
   std::vector<char*> records(n, nullptr);
+  if (tier_ != nullptr && !insert) {
+    // An evaluation reads what the disk holds where it is.
+    LockAll();
+    absl::Status read = FaultInLocked(batch, missing, /*promote=*/false, /*room_for_new=*/false,
+                                      ctx, out, &found);
+    UnlockAll();
+    RETURN_IF_ERROR(read);
+    const int64_t rb = row_bytes();
+    for (int32_t p : missing) {
+      if (!found[p]) CopyRow(out + p * rb, default_row_.data(), rb);
+    }
+    return absl::OkStatus();
+  }
   if (insert) {
     InsertCall call;
     call.admission = true;
     call.sighting = true;
     call.out = out;
-    if (!admission_.on() && capacity_ == 0) {
+    if (!admission_.on() && capacity_ == 0 && tier_ == nullptr) {
       // No key can be turned away: stored under each stripe's lock alone, beside other requests.
       return Insert(batch, missing, call, ctx, pool);
     }
     call.locked = true;
     call.records = &records;
     LockAll();
-    absl::Status inserted = Insert(batch, missing, call, ctx, pool);
+    absl::Status inserted =
+        tier_ == nullptr ? absl::OkStatus()
+                         : FaultInLocked(batch, missing, /*promote=*/true, /*room_for_new=*/true,
+                                         ctx, nullptr, nullptr);
+    if (inserted.ok()) inserted = Insert(batch, missing, call, ctx, pool);
     UnlockAll();
     RETURN_IF_ERROR(inserted);
   }
@@ -725,20 +974,18 @@ absl::Status DynamicShard::Update(const UpdateOpView& op, const DynamicOpContext
 absl::Status DynamicShard::Update(const UpdateOpView& op, const KeyBatch& batch,
                                   const DynamicOpContext& ctx, ThreadPool* pool) {
   AdvanceStep(ctx.step);
-  SweepDueStripes(ctx);
+  RETURN_IF_ERROR(SweepDueStripes(ctx));
   switch (op.kind) {
     case UpdateOp::ERASE:
-      Erase(batch, ctx);
-      return absl::OkStatus();
+      return Erase(batch, ctx);
     case UpdateOp::APPLY_GRADIENT:
-      ApplyGradients(op, batch, ctx, pool);
-      return absl::OkStatus();
+      return ApplyGradients(op, batch, ctx, pool);
     default:
       return Assign(op, batch, ctx, pool);
   }
 }
 
-void DynamicShard::Erase(const KeyBatch& batch, const DynamicOpContext& ctx) {
+absl::Status DynamicShard::Erase(const KeyBatch& batch, const DynamicOpContext& ctx) {
   const Groups& by_stripe = batch.groups;
   ForEachStripe(by_stripe, /*pool=*/nullptr, [&](int stripe) {
     Stripe& s = *stripes_[stripe];
@@ -755,10 +1002,47 @@ void DynamicShard::Erase(const KeyBatch& batch, const DynamicOpContext& ctx) {
                });
     erased_.fetch_add(count, std::memory_order_relaxed);
   });
+  if (tier_ == nullptr || tier_->rows() == 0) return absl::OkStatus();
+  // Keys on disk: every stripe locked, as for any move between tiers.
+  LockAll();
+  std::vector<int64_t> keys;
+  std::vector<int> stripe_of;
+  absl::flat_hash_set<int64_t> seen;
+  for (int64_t i = 0; i < batch.size(); ++i) {
+    const int stripe = StripeOf(batch.hashes[i]);
+    Stripe& s = *stripes_[stripe];
+    AssertHeld(s);
+    if (s.table.Find(batch.keys[i], batch.hashes[i]) != nullptr) continue;
+    if (seen.insert(batch.keys[i]).second) {
+      keys.push_back(batch.keys[i]);
+      stripe_of.push_back(stripe);
+    }
+  }
+  std::vector<char> values(keys.size() * static_cast<size_t>(tier_->value_bytes()));
+  std::vector<uint8_t> held;
+  absl::Status status = tier_->Read(keys.data(), keys.size(), values.data(), &held);
+  std::vector<int64_t> gone;
+  for (size_t k = 0; status.ok() && k < keys.size(); ++k) {
+    if (held[k]) gone.push_back(keys[k]);
+  }
+  if (status.ok()) {
+    status = tier_->Write({}, nullptr, gone, -static_cast<int64_t>(gone.size()));
+  }
+  if (status.ok()) {
+    for (size_t k = 0; k < keys.size(); ++k) {
+      if (!held[k] || !ctx.track_erasures) continue;
+      Stripe& s = *stripes_[stripe_of[k]];
+      AssertHeld(s);
+      s.erased.Add(keys[k], ctx.generation);
+    }
+    erased_.fetch_add(static_cast<int64_t>(gone.size()), std::memory_order_relaxed);
+  }
+  UnlockAll();
+  return status;
 }
 
-void DynamicShard::ApplyGradients(const UpdateOpView& op, const KeyBatch& batch,
-                                  const DynamicOpContext& ctx, ThreadPool* pool) {
+absl::Status DynamicShard::ApplyGradients(const UpdateOpView& op, const KeyBatch& batch,
+                                          const DynamicOpContext& ctx, ThreadPool* pool) {
   const int64_t n = batch.size();
   const Groups& by_stripe = batch.groups;
   const uint32_t step = clock_.Effective(ctx.step);
@@ -787,6 +1071,18 @@ void DynamicShard::ApplyGradients(const UpdateOpView& op, const KeyBatch& batch,
     }
     for (const auto& [first, row] : sum_of) grad[first] = sums.data() + row * dim_;
   }
+  auto apply = [&](int32_t p, char* record) __attribute__((always_inline)) {
+    RecordHeader* h = Header(record);
+    Touch(&h->step, step);
+    h->generation = ctx.generation;
+    float* var = Floats(record);
+    float* slot_rows[4];
+    for (int slot = 0; slot < num_slots_; ++slot) slot_rows[slot] = var + (slot + 1) * dim_;
+    optimizer_->ApplyRow(var, slot_rows, grad[p], dim_, scalars);
+  };
+  // With a disk tier, the positions whose keys RAM lacks, by stripe (each written by the worker
+  // that holds the stripe).
+  std::vector<std::vector<int32_t>> on_disk(tier_ != nullptr ? kStripes : 0);
   ForEachStripe(by_stripe, pool, [&](int stripe) {
     Stripe& s = *stripes_[stripe];
     AssertHeld(s);
@@ -794,21 +1090,38 @@ void DynamicShard::ApplyGradients(const UpdateOpView& op, const KeyBatch& batch,
                  by_stripe.size(stripe), record_bytes(),
                  [&](int32_t p, uint64_t /*pos*/, char* record) ABSL_NO_THREAD_SAFETY_ANALYSIS __attribute__((always_inline)) {
                    if (grad[p] == nullptr) return;  // a repeat, summed into its first position
+                   if (record == nullptr && !on_disk.empty()) {
+                     on_disk[stripe].push_back(p);
+                     return;
+                   }
                    if (record == nullptr || clock_.Expired(Header(record)->step)) {
                      dropped_gradients_.fetch_add(1, std::memory_order_relaxed);
                      return;
                    }
-                   RecordHeader* h = Header(record);
-                   Touch(&h->step, step);
-                   h->generation = ctx.generation;
-                   float* var = Floats(record);
-                   float* slot_rows[4];
-                   for (int slot = 0; slot < num_slots_; ++slot) {
-                     slot_rows[slot] = var + (slot + 1) * dim_;
-                   }
-                   optimizer_->ApplyRow(var, slot_rows, grad[p], dim_, scalars);
+                   apply(p, record);
                  });
   });
+  std::vector<int32_t> missing;
+  for (const std::vector<int32_t>& v : on_disk) missing.insert(missing.end(), v.begin(), v.end());
+  if (missing.empty()) return absl::OkStatus();
+  // Keys RAM lacked: moved back from disk, then updated, every stripe locked.
+  LockAll();
+  absl::Status status = FaultInLocked(batch, missing, /*promote=*/true, /*room_for_new=*/false,
+                                      ctx, nullptr, nullptr);
+  int64_t dropped = 0;
+  for (int32_t p : missing) {
+    Stripe& s = *stripes_[StripeOf(batch.hashes[p])];
+    AssertHeld(s);
+    char* record = status.ok() ? s.table.Find(batch.keys[p], batch.hashes[p]) : nullptr;
+    if (record == nullptr || clock_.Expired(Header(record)->step)) {
+      ++dropped;
+    } else {
+      apply(p, record);
+    }
+  }
+  UnlockAll();
+  dropped_gradients_.fetch_add(dropped, std::memory_order_relaxed);
+  return status;
 }
 
 absl::Status DynamicShard::Assign(const UpdateOpView& op, const KeyBatch& batch,
@@ -820,6 +1133,16 @@ absl::Status DynamicShard::Assign(const UpdateOpView& op, const KeyBatch& batch,
   const ValueRows rows(op.values, row_bytes());
   const std::vector<const char*> src = rows.RowAddresses();
   LockAll();
+  if (tier_ != nullptr) {
+    std::vector<int32_t> all(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) all[i] = static_cast<int32_t>(i);
+    absl::Status moved = FaultInLocked(batch, all, /*promote=*/true, /*room_for_new=*/true, ctx,
+                                       nullptr, nullptr);
+    if (!moved.ok()) {
+      UnlockAll();
+      return moved;
+    }
+  }
   std::vector<char*> records(n, nullptr);
   std::vector<int32_t> missing;
   for (int64_t i = 0; i < n; ++i) {
@@ -903,6 +1226,39 @@ absl::Status DynamicShard::Export(absl::string_view cursor, int64_t max_keys, bo
     }
   }
   response->clear_next_cursor();
+  if (tier_ == nullptr) return absl::OkStatus();
+  // The disk tier, in key order.
+  int64_t next = 0;
+  bool more = false;
+  std::vector<float> floats(static_cast<size_t>(record_floats()));
+  RETURN_IF_ERROR(tier_->Scan(
+      at.on_disk ? &at.disk_key : nullptr,
+      [&](int64_t /*key*/, const char* value) {
+        if (emitted == max_keys) return false;
+        RecordHeader h;
+        std::memcpy(&h, value, sizeof(h));
+        if (clock_.Expired(h.step)) return true;
+        std::memcpy(floats.data(), value + kHeaderBytes, floats.size() * sizeof(float));
+        response->mutable_keys()->append(reinterpret_cast<const char*>(&h.key), 8);
+        response->mutable_values()->append(reinterpret_cast<const char*>(floats.data()), rb);
+        if (with_slots) {
+          response->mutable_slots()->append(reinterpret_cast<const char*>(floats.data() + dim_),
+                                            rb * num_slots_);
+        }
+        response->mutable_counts()->append(reinterpret_cast<const char*>(&h.count), 4);
+        const int64_t full_step = clock_.FullStep(h.step);
+        response->mutable_steps()->append(reinterpret_cast<const char*>(&full_step), 8);
+        ++emitted;
+        return true;
+      },
+      &next, &more));
+  if (more) {
+    ExportCursor disk;
+    disk.stripe = kStripes;
+    disk.on_disk = true;
+    disk.disk_key = next;
+    response->set_next_cursor(disk.Encode());
+  }
   return absl::OkStatus();
 }
 
@@ -921,7 +1277,7 @@ int64_t DynamicShard::Size() const {
       if (!clock_.Expired(Header(record)->step)) ++held;
     });
   }
-  return held;
+  return held + (tier_ == nullptr ? 0 : tier_->rows());
 }
 
 int64_t DynamicShard::BytesHeld() const {
@@ -931,6 +1287,7 @@ int64_t DynamicShard::BytesHeld() const {
     absl::MutexLock lock(&s.mu);
     bytes += s.table.reserved_bytes() + s.erased.bytes() + s.table.free_list_bytes();
   }
+  if (tier_ != nullptr) bytes += tier_->Counters().memory_bytes;
   return bytes;
 }
 
@@ -946,13 +1303,69 @@ DynamicShardStats DynamicShard::Stats() const {
   stats.set_erased(erased_.load());
   stats.set_dropped_gradients(dropped_gradients_.load());
   stats.set_step(clock_.step());
+  if (tier_ != nullptr) {
+    const DiskTierCounters c = tier_->Counters();
+    stats.set_ram_keys(stats.keys() - c.rows);
+    stats.set_disk_keys(c.rows);
+    stats.set_disk_bytes(c.bytes);
+    stats.set_disk_file_bytes(c.file_bytes);
+    stats.set_disk_hits(c.hits);
+    stats.set_disk_misses(c.misses);
+    stats.set_disk_bytes_read(c.bytes_read);
+    stats.set_disk_bytes_written(c.bytes_written);
+  } else {
+    stats.set_ram_keys(stats.keys());
+  }
+  stats.set_moved_to_disk(moved_to_disk_.load());
+  stats.set_moved_to_ram(moved_to_ram_.load());
   return stats;
 }
 
 // ---- Checkpoints.
 
-void DynamicShard::ForEachRecord(uint32_t since,
-                                 const std::function<void(const DynamicRecordView&)>& fn) const {
+absl::Status DynamicShard::ForEachRecord(
+    uint32_t since, const std::function<void(const DynamicRecordView&)>& fn) const {
+  ForEachRamRecord(since, fn);
+  std::unique_ptr<DynamicDiskRecords> disk = DiskRecords(since);
+  if (disk == nullptr) return absl::OkStatus();
+  DynamicRecordView view;
+  while (disk->Next(&view)) fn(view);
+  return disk->status();
+}
+
+DynamicDiskRecords::DynamicDiskRecords(const DynamicShard* shard,
+                                       std::unique_ptr<DiskTier::Reader> reader, uint32_t since)
+    : shard_(shard),
+      reader_(std::move(reader)),
+      since_(since),
+      floats_(static_cast<size_t>(shard->record_floats())) {}
+
+bool DynamicDiskRecords::Next(DynamicRecordView* view) {
+  for (; reader_->Valid(); reader_->Next()) {
+    RecordHeader h;
+    std::memcpy(&h, reader_->value(), sizeof(h));
+    if (shard_->clock_.Expired(h.step) || (since_ > 0 && h.generation <= since_)) continue;
+    std::memcpy(floats_.data(), reader_->value() + DynamicShard::kHeaderBytes,
+                floats_.size() * sizeof(float));
+    view->key = h.key;
+    view->step = shard_->clock_.FullStep(h.step);
+    view->count = h.count;
+    view->generation = h.generation;
+    view->data = floats_.data();
+    reader_->Next();
+    return true;
+  }
+  return false;
+}
+
+std::unique_ptr<DynamicDiskRecords> DynamicShard::DiskRecords(uint32_t since) const {
+  if (tier_ == nullptr) return nullptr;
+  return std::unique_ptr<DynamicDiskRecords>(
+      new DynamicDiskRecords(this, tier_->NewReader(), since));
+}
+
+void DynamicShard::ForEachRamRecord(
+    uint32_t since, const std::function<void(const DynamicRecordView&)>& fn) const {
   for (int i = 0; i < kStripes; ++i) {
     const Stripe& s = *stripes_[i];
     absl::MutexLock lock(&s.mu);
@@ -979,7 +1392,12 @@ std::vector<int64_t> DynamicShard::ErasedSince(uint32_t since) const {
     s.erased.Since(
         since,
         [&](int64_t key) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-          return table.Find(key, StripeHash(key)) != nullptr;
+          if (table.Find(key, StripeHash(key)) != nullptr) return true;
+          if (tier_ == nullptr) return false;
+          // Stored again and moved to disk since? (A read error reads as held: the save's scan
+          // of the tier meets the same error and fails the save.)
+          absl::StatusOr<bool> on_disk = tier_->Has(key);
+          return !on_disk.ok() || *on_disk;
         },
         &keys);
   }
@@ -1015,7 +1433,29 @@ absl::Status DynamicShard::PutRecord(const DynamicRecord& record) {
   if (s.table.Probe(record.key, hash, &pos)) {
     r = s.table.RecordAt(pos);
   } else {
-    RETURN_IF_ERROR(s.table.MakeRoom(1, Who()));
+    if (tier_ != nullptr) {
+      ASSIGN_OR_RETURN(const bool on_disk, tier_->Has(record.key));
+      if (on_disk) {  // replaced where it is
+        std::vector<char> value(static_cast<size_t>(tier_->value_bytes()));
+        RecordHeader h{record.key, static_cast<uint32_t>(record.step), record.count, 0, 1};
+        std::memcpy(value.data(), &h, sizeof(h));
+        std::memcpy(value.data() + kHeaderBytes, record.data.data(),
+                    record.data.size() * sizeof(float));
+        return tier_->Write({record.key}, value.data(), {}, /*rows_delta=*/0);
+      }
+    }
+    // With a tier, a stripe past its share of the capacity, or whose memory can't grow, moves its
+    // coldest sixteenth to disk.
+    const bool full = tier_ != nullptr && capacity_ > 0 &&
+                      s.table.live() >= std::max<int64_t>(1, capacity_ / kStripes);
+    absl::Status room = full ? absl::ResourceExhaustedError("") : s.table.MakeRoom(1, Who());
+    if (!room.ok() && tier_ != nullptr && absl::IsResourceExhausted(room)) {
+      RETURN_IF_ERROR(MoveToDiskLocked(
+          ColdestLocked(StripeOf(hash), std::max<int64_t>(1, s.table.live() / 16), {}),
+          DynamicOpContext()));
+      room = s.table.MakeRoom(1, Who());
+    }
+    RETURN_IF_ERROR(room);
     s.table.Probe(record.key, hash, &pos);
     r = InsertAt(s.table, record.key, hash, pos, 0, 0, DynamicOpContext());
   }
@@ -1027,12 +1467,19 @@ absl::Status DynamicShard::PutRecord(const DynamicRecord& record) {
   return absl::OkStatus();
 }
 
-void DynamicShard::EraseKey(int64_t key) {
+absl::Status DynamicShard::EraseKey(int64_t key) {
   const uint64_t hash = StripeHash(key);
   Stripe& s = *stripes_[StripeOf(hash)];
   absl::MutexLock lock(&s.mu);
   uint64_t pos = 0;
-  if (s.table.Probe(key, hash, &pos)) EraseAt(s.table, s.erased, pos, DynamicOpContext());
+  if (s.table.Probe(key, hash, &pos)) {
+    EraseAt(s.table, s.erased, pos, DynamicOpContext());
+    return absl::OkStatus();
+  }
+  if (tier_ == nullptr) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const bool on_disk, tier_->Has(key));
+  if (!on_disk) return absl::OkStatus();
+  return tier_->Write({}, nullptr, {key}, /*rows_delta=*/-1);
 }
 
 }  // namespace pstrain

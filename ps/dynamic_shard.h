@@ -36,6 +36,17 @@
 //     capacity inserts the first `capacity` of them (by position) and reads the others as default.
 //   - Memory: every allocation is reserved in the ps's MemoryBudget first; a growth past it fails
 //     with kResourceExhausted naming the table and the bytes, and the failing op changes nothing.
+//   - Disk tier (DynamicTableDef.disk_tier; ps/disk_tier.h): the capacity and the memory budget
+//     bound the keys in RAM, not the keys held. Keys that don't fit move to the tier on the ps's
+//     disk, in batches, coldest first by the capacity's order (a stripe short of memory moves its
+//     own coldest 1/16th), never keys of the request making room; a key RAM lacks is read from
+//     disk and moved back to RAM by a training lookup or an update (an evaluation lookup reads it
+//     where it is). A key is in one tier at a time, with its header, row and slots, so admission,
+//     TTL, erasure, exports, checkpoints and Stats see the same table either way. The keys of a
+//     request that RAM lacks are read together (one MultiGet), with every stripe locked: that is
+//     where keys move between tiers; keys found in RAM never wait for the disk. A move the disk
+//     refuses (full, past disk_max_bytes) fails the op with kResourceExhausted and moves nothing;
+//     a corrupt tier file is kDataLoss naming it.
 //
 // Thread-safe. Finds and updates of existing keys lock one stripe at a time, and so do a training
 // lookup's inserts when no key can be turned away (no admission, no capacity: room is reserved in
@@ -65,11 +76,13 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "common/thread_pool.h"
 #include "proto/ps_service.pb.h"
+#include "ps/disk_tier.h"
 #include "ps/dynamic_admission.h"
 #include "ps/dynamic_erasures.h"
 #include "ps/dynamic_eviction.h"
@@ -105,16 +118,41 @@ struct DynamicRecord {
   std::vector<float> data;  // dim * (1 + slots)
 };
 
+class DynamicShard;
+
+// A dynamic shard's disk tier's records changed after a generation, one at a time, in the
+// checkpoints' order (routing hash, then the key as unsigned), from a snapshot of the tier: what a
+// save streams beside RAM's sorted records, never holding the tier in memory.
+class DynamicDiskRecords {
+ public:
+  // The next record (view.data valid until the next call), or false at the end or on an error.
+  bool Next(DynamicRecordView* view);
+  // Errors: the tier's (kDataLoss, kInternal).
+  absl::Status status() const { return reader_->status(); }
+
+ private:
+  friend class DynamicShard;
+  DynamicDiskRecords(const DynamicShard* shard, std::unique_ptr<DiskTier::Reader> reader,
+                     uint32_t since);
+  const DynamicShard* shard_;
+  std::unique_ptr<DiskTier::Reader> reader_;
+  uint32_t since_;
+  std::vector<float> floats_;
+};
+
 class DynamicShard {
  public:
   static constexpr int kStripes = 8;
   static constexpr int kHeaderBytes = 24;
 
   // Validates `def` (dynamic set, dim > 0, float32, the admission and eviction parameters) and
-  // reserves the admission sketch. Errors: kInvalidArgument naming the shard and the field;
-  // kResourceExhausted (the budget).
+  // reserves the admission sketch. With def.dynamic().disk_tier, the shard's tier is opened in
+  // `disk_dir`/DiskTierDirName(name) (wiped first). Errors: kInvalidArgument naming the shard and
+  // the field (a disk tier without `disk_dir`); kResourceExhausted (the budget); kInternal (the
+  // tier won't open).
   static absl::StatusOr<std::unique_ptr<DynamicShard>> Create(const VariableShardDef& def,
-                                                              MemoryBudget* budget);
+                                                              MemoryBudget* budget,
+                                                              const std::string& disk_dir = "");
   ~DynamicShard();
   DynamicShard(const DynamicShard&) = delete;
   DynamicShard& operator=(const DynamicShard&) = delete;
@@ -129,8 +167,10 @@ class DynamicShard {
   int64_t record_floats() const { return dim_ * (1 + num_slots_); }
   // Bytes of one record (header, row, slots; a multiple of 8).
   int64_t record_bytes() const { return layout_.record_bytes; }
-  // The shard's capacity in keys (0: none).
+  // The shard's capacity in keys (0: none); with a disk tier, in RAM.
   int64_t capacity() const { return capacity_; }
+  // The disk tier, or null.
+  DiskTier* disk_tier() const { return tier_.get(); }
 
   // A request's positions grouped by the stripe of their key (a counting sort): stripe i's are
   // positions[begin[i], begin[i + 1]), in their order in the request.
@@ -157,7 +197,7 @@ class DynamicShard {
   absl::Status ValidateKeys(absl::string_view keys, absl::string_view what) const;
   // Rows for the prepared keys, keys.size() * row_bytes() bytes into `out`. With `insert`, a
   // training lookup (see above). Errors: kResourceExhausted (an insert past the budget: nothing is
-  // inserted, nothing counted).
+  // inserted, nothing counted; a move to disk refused); kDataLoss (a corrupt tier file).
   absl::Status Lookup(const KeyBatch& keys, bool insert, const DynamicOpContext& ctx, char* out,
                       ThreadPool* pool);
   // PrepareKeys, then Lookup (its errors, then Lookup's).
@@ -170,21 +210,22 @@ class DynamicShard {
   absl::Status ValidateUpdate(const UpdateOpView& op, KeyBatch* batch) const;
   absl::Status ValidateUpdate(const UpdateOpView& op) const;
   // Applies an op that ValidateUpdate accepted, `keys` its batch. Errors: kResourceExhausted (an
-  // assign that inserts past the budget; nothing changes).
+  // assign that inserts past the budget; nothing changes; a move to disk refused: the rows it
+  // concerns are not updated); kDataLoss (a corrupt tier file).
   absl::Status Update(const UpdateOpView& op, const KeyBatch& keys, const DynamicOpContext& ctx,
                       ThreadPool* pool);
   // ValidateUpdate's preparation (the op validated already), then Update.
   absl::Status Update(const UpdateOpView& op, const DynamicOpContext& ctx, ThreadPool* pool);
 
-  // Up to `max_keys` keys from `cursor` (see ExportRequest). Errors: kInvalidArgument (a malformed
-  // cursor).
+  // Up to `max_keys` keys from `cursor` (see ExportRequest): RAM's stripes, then the disk tier in
+  // key order. Errors: kInvalidArgument (a malformed cursor); kDataLoss (a corrupt tier file).
   absl::Status Export(absl::string_view cursor, int64_t max_keys, bool with_slots,
                       ExportResponse* response) const;
 
   DynamicShardStats Stats() const;
   // The stripe that holds `key` (for tests of how work is spread).
   static int StripeOfKey(int64_t key);
-  // Keys held (expired keys not counted).
+  // Keys held, in both tiers (expired keys not counted in RAM; on disk, until the next sweep).
   int64_t Size() const;
   // Bytes held: records' blocks, indexes, tombstones, the sketch.
   int64_t BytesHeld() const;
@@ -194,22 +235,32 @@ class DynamicShard {
 
   // ---- Checkpoints. The caller keeps the shard from changing (the store's update gate) while
   // these run; readers (exports, stats) may run beside them.
-  // Calls fn for every live, unexpired record changed after generation `since` (0: all).
-  void ForEachRecord(uint32_t since, const std::function<void(const DynamicRecordView&)>& fn) const;
+  // Calls fn for every live, unexpired record changed after generation `since` (0: all), RAM's
+  // then the disk tier's (a disk record's view.data is valid during its call only). Errors:
+  // kDataLoss, kInternal (reading the tier).
+  absl::Status ForEachRecord(uint32_t since,
+                             const std::function<void(const DynamicRecordView&)>& fn) const;
+  // ForEachRecord's RAM records alone (view.data valid while the shard is not changed).
+  void ForEachRamRecord(uint32_t since,
+                        const std::function<void(const DynamicRecordView&)>& fn) const;
+  // The disk tier's records (see DynamicDiskRecords); null without a tier.
+  std::unique_ptr<DynamicDiskRecords> DiskRecords(uint32_t since) const;
   // Keys erased or evicted after generation `since` and not stored again since, as tracked.
   std::vector<int64_t> ErasedSince(uint32_t since) const;
   // Forgets tracked erasures of generation `through` or earlier (no later delta needs them).
   void ForgetErasuresThrough(uint32_t through);
   // A restore fills a fresh shard, which no one else sees yet: stores `record` (replacing the key's
   // record if held), or erases a key. Errors: kInvalidArgument (a record of the wrong size, a key
-  // of another shard), kResourceExhausted.
+  // of another shard), kResourceExhausted. With a disk tier, records past RAM go to disk.
   absl::Status PutRecord(const DynamicRecord& record);
-  void EraseKey(int64_t key);
+  // Errors: those of the disk tier.
+  absl::Status EraseKey(int64_t key);
   // The shard's step (restores set it from the saved records: the largest last step).
   int64_t step() const { return clock_.step(); }
   void AdvanceStep(int64_t step) { clock_.Advance(step); }
 
  private:
+  friend class DynamicDiskRecords;
   // A stripe: its lock, and the keys its lock guards. A checkpoint reads it under `mu` too, with
   // the store's update gate keeping every writer out.
   struct Stripe {
@@ -264,8 +315,9 @@ class DynamicShard {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
 
   // ---- Across stripes.
-  // MaybeSweep on every stripe, each under its lock (training lookups and updates, at their start).
-  void SweepDueStripes(const DynamicOpContext& ctx);
+  // MaybeSweep on every stripe, each under its lock (training lookups and updates, at their start),
+  // and the disk tier's sweep. Errors: the tier's.
+  absl::Status SweepDueStripes(const DynamicOpContext& ctx);
   // Runs fn(stripe index) for each stripe with positions in `groups`, each under its lock, over
   // `pool`.
   void ForEachStripe(const Groups& groups, ThreadPool* pool,
@@ -289,15 +341,41 @@ class DynamicShard {
   // held now), which of those keys are admitted and fit the capacity, and evictions to make room.
   void Choose(const KeyBatch& batch, const std::vector<int32_t>& missing, const InsertCall& call,
               const DynamicOpContext& ctx, ThreadPool* pool, Chosen* chosen);
-  // Update's three kinds of op (validated, keys prepared).
-  void Erase(const KeyBatch& batch, const DynamicOpContext& ctx);
-  void ApplyGradients(const UpdateOpView& op, const KeyBatch& batch, const DynamicOpContext& ctx,
-                      ThreadPool* pool);
+  // Update's three kinds of op (validated, keys prepared). Errors: the disk tier's.
+  absl::Status Erase(const KeyBatch& batch, const DynamicOpContext& ctx);
+  absl::Status ApplyGradients(const UpdateOpView& op, const KeyBatch& batch,
+                              const DynamicOpContext& ctx, ThreadPool* pool);
   // ASSIGN and ASSIGN_ADD. Errors: kResourceExhausted (storing the keys: nothing changes).
   absl::Status Assign(const UpdateOpView& op, const KeyBatch& batch, const DynamicOpContext& ctx,
                       ThreadPool* pool);
-  // Every stripe locked: evicts least recently used keys until at most `keep` are held.
+  // Every stripe locked: evicts least recently used keys until at most `keep` are held (without a
+  // disk tier: with one, FaultInLocked moves them to disk).
   void EvictLeastRecentlyUsed(int64_t keep, const DynamicOpContext& ctx);
+
+  // ---- The disk tier. Keys move between tiers only with every stripe locked (or, in a restore,
+  // which no request sees, under one stripe's lock).
+  // For the positions whose keys RAM lacks: reads them from disk at once. With `promote`, moves
+  // those the disk holds into RAM (making room first, for the keys not found too if
+  // `room_for_new`: the insert that follows), expired ones off the disk; else copies their rows
+  // to out + p * row_bytes() and sets found[p] (an evaluation: nothing changes), and copies the
+  // rows of keys RAM holds by now likewise. Errors: the tier's; kResourceExhausted (no room).
+  absl::Status FaultInLocked(const KeyBatch& batch, const std::vector<int32_t>& positions,
+                             bool promote, bool room_for_new, const DynamicOpContext& ctx,
+                             char* out, std::vector<uint8_t>* found);
+  // Room in RAM for need[i] more keys in stripe i, moving the coldest keys not in `keep` to disk:
+  // below the capacity, and out of each stripe whose memory can't grow.
+  absl::Status EnsureRoomLocked(const int64_t* need, const absl::flat_hash_set<int64_t>& keep,
+                                const DynamicOpContext& ctx);
+  // Up to `count` of the coldest keys not in `keep`, of stripe `stripe` (-1: every stripe), in
+  // the capacity's eviction order; the stripes are locked.
+  std::vector<EvictionCandidate> ColdestLocked(int stripe, int64_t count,
+                                               const absl::flat_hash_set<int64_t>& keep) const;
+  // Moves `victims` (held in RAM, their stripes locked) to disk in one write, then frees them
+  // (expired ones are erased). Errors: the tier's write (nothing moves).
+  absl::Status MoveToDiskLocked(const std::vector<EvictionCandidate>& victims,
+                                const DynamicOpContext& ctx);
+  // Drops the disk tier's expired keys if a sweep is due (every stripe locked by the caller).
+  absl::Status SweepDiskIfDue(const DynamicOpContext& ctx);
   // Keys held in every stripe (every stripe locked).
   int64_t LiveLocked() const;
   // `positions` grouped by the stripe of their key, in order.
@@ -315,6 +393,9 @@ class DynamicShard {
   std::vector<float> default_row_;
 
   std::vector<std::unique_ptr<Stripe>> stripes_;
+  std::unique_ptr<DiskTier> tier_;
+  absl::Mutex tier_sweep_mu_;
+  int64_t tier_next_sweep_ ABSL_GUARDED_BY(tier_sweep_mu_) = 0;
   // Changed only with every stripe locked.
   AdmissionSketch admission_;
   StepClock clock_;
@@ -324,7 +405,7 @@ class DynamicShard {
   std::atomic<int64_t> apply_count_{0};
   // Stats.
   std::atomic<int64_t> admitted_{0}, rejected_{0}, evicted_ttl_{0}, evicted_capacity_{0},
-      erased_{0}, dropped_gradients_{0};
+      erased_{0}, dropped_gradients_{0}, moved_to_disk_{0}, moved_to_ram_{0};
 };
 
 }  // namespace pstrain

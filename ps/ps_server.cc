@@ -29,6 +29,7 @@ class PsServerImpl final : public PsServer {
     }
     PsServiceLimits limits;
     limits.memory_budget_bytes = options.memory_budget_bytes;
+    limits.disk_dir = options.disk_dir;
     limits.max_ids_per_request = options.max_ids_per_request;
     limits.max_concurrent_large_requests = options.max_concurrent_large_requests;
     handlers_ = std::make_shared<PsServiceHandlers>(limits, std::move(root));

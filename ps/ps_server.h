@@ -22,6 +22,11 @@ struct PsServerOptions {
   // The ps's memory budget in bytes: creating or growing a table past it fails with
   // RESOURCE_EXHAUSTED naming the table and the bytes. Default 0: none.
   int64_t memory_budget_bytes = 0;
+  // Where dynamic tables with a disk tier (DynamicTableDef.disk_tier) keep the rows past their RAM:
+  // a local disk's directory, made if missing. The ps's tiers go in a subdirectory of its own,
+  // wiped when the ps starts or stops (they are a cache of the checkpoint). Default empty: a
+  // temporary directory, made when a table first asks for a tier.
+  std::string disk_dir;
   // Checkpoint databases a request names must lie under this directory (ps/checkpoint_root.h);
   // created if missing. Default empty: anywhere (the in-process cluster's servers).
   std::string checkpoint_root;

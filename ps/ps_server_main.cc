@@ -20,6 +20,10 @@ ABSL_FLAG(std::string, memory_budget, "0",
           "The memory this ps's tables may take (bytes, or with K, M, G, T): creating or growing a "
           "table past it fails with RESOURCE_EXHAUSTED naming the table and the bytes, instead of "
           "the kernel's out-of-memory kill. 0: no budget.");
+ABSL_FLAG(std::string, disk_dir, "",
+          "Where dynamic tables with a disk tier keep the rows past this ps's memory (a local "
+          "disk's directory, made if missing; the ps's tiers go in a subdirectory of their own, "
+          "wiped at start and exit: a cache of the checkpoint). Empty: a temporary directory.");
 ABSL_FLAG(std::string, checkpoint_root, ".",
           "The directory checkpoints may be saved in and restored from (created if missing): a "
           "request naming a database outside it, after '..' and symlinks, is refused with "
@@ -95,6 +99,7 @@ int main(int argc, char** argv) {
               absl::StrCat("--memory_budget: ", budget.status().message()));
         }
         options.memory_budget_bytes = *budget;
+        options.disk_dir = absl::GetFlag(FLAGS_disk_dir);
         options.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root);
         if (options.checkpoint_root.empty()) {
           return absl::InvalidArgumentError("--checkpoint_root is empty");

@@ -35,7 +35,7 @@ const google::protobuf::ServiceDescriptor* PsServiceHandlers::Service() {
 
 PsServiceHandlers::PsServiceHandlers(const PsServiceLimits& limits, CheckpointRoot root)
     : max_large_(limits.max_concurrent_large_requests),
-      store_(limits.data_threads, limits.memory_budget_bytes), root_(std::move(root)) {
+      store_(limits.data_threads, limits.memory_budget_bytes, limits.disk_dir), root_(std::move(root)) {
   store_.set_max_ids_per_request(limits.max_ids_per_request);
   for (int m = 0; m < Service()->method_count(); ++m) {
     methods_.push_back(Bind(Service()->method(m)->name()));

@@ -24,6 +24,8 @@ namespace pstrain {
 struct PsServiceLimits {
   // The ps's memory budget in bytes (ps/memory_budget.h); 0: none.
   int64_t memory_budget_bytes = 0;
+  // Where dynamic tables' disk tiers go (VariableStore); empty: a temporary directory.
+  std::string disk_dir;
   // Pool threads large requests are split across (VariableStore); -1: one per core.
   int data_threads = -1;
   // The most ids one Lookup or Update may carry (VariableStore::set_max_ids_per_request); 0: none.

@@ -144,6 +144,36 @@ absl::Status WriteChunks(rocksdb::SstFileWriter* writer, const std::string& sst_
   return absl::OkStatus();
 }
 
+// WriteChunks for entries that come one at a time: next(&key, out) fills the next entry and its
+// key, or returns false at the end.
+template <typename Next>
+absl::Status WriteStream(rocksdb::SstFileWriter* writer, const std::string& sst_path,
+                         absl::string_view variable, absl::string_view tensor,
+                         int64_t entry_bytes, int64_t chunk_bytes, Next next, int64_t* entries) {
+  const int64_t per_chunk = std::max<int64_t>(1, chunk_bytes / entry_bytes);
+  std::string value;
+  for (bool more = true; more;) {
+    value.assign(static_cast<size_t>(per_chunk * entry_bytes), '\0');
+    int64_t n = 0;
+    int64_t first_key = 0;
+    for (; n < per_chunk; ++n) {
+      int64_t key = 0;
+      if (!next(&key, value.data() + n * entry_bytes)) {
+        more = false;
+        break;
+      }
+      if (n == 0) first_key = key;
+    }
+    if (n == 0) break;
+    value.resize(static_cast<size_t>(n * entry_bytes));
+    rocksdb::Status s =
+        writer->Put(DynamicChunkKey(variable, tensor, RoutingHash(first_key), first_key), value);
+    if (!s.ok()) return IoError("writing", sst_path, s);
+    ++*entries;
+  }
+  return absl::OkStatus();
+}
+
 // The records (or erasures) of one dynamic table that a ps holds, written in routing order.
 absl::Status WriteDynamicTable(rocksdb::SstFileWriter* writer, const std::string& sst_path,
                                const std::vector<std::shared_ptr<DynamicShard>>& shards,
@@ -173,26 +203,60 @@ absl::Status WriteDynamicTable(rocksdb::SstFileWriter* writer, const std::string
     DynamicRecordView view;
     bool operator<(const Entry& o) const { return order < o.order; }
   };
+  // RAM's records sorted, merged with each shard's disk tier (kept in this order) as it streams.
   std::vector<Entry> records;
   std::vector<int64_t> records_per_shard(shards.size());
   for (size_t k = 0; k < shards.size(); ++k) {
-    shards[k]->ForEachRecord(delta_since, [&](const DynamicRecordView& view) {
+    shards[k]->ForEachRamRecord(delta_since, [&](const DynamicRecordView& view) {
       records.push_back({Routed(view.key), view});
       ++records_per_shard[k];
     });
   }
   std::sort(records.begin(), records.end());
-  RETURN_IF_ERROR(WriteChunks(
-      writer, sst_path, variable, kRecordsTensor, static_cast<int64_t>(records.size()),
-      entry_bytes, chunk_bytes, [&](int64_t i) { return records[i].view.key; },
-      [&](int64_t i, char* out) {
-        const DynamicRecordView& v = records[i].view;
+  struct DiskSource {
+    std::unique_ptr<DynamicDiskRecords> records;
+    size_t shard;
+    bool valid = false;
+    DynamicRecordView view;
+  };
+  std::vector<DiskSource> disk;
+  for (size_t k = 0; k < shards.size(); ++k) {
+    std::unique_ptr<DynamicDiskRecords> d = shards[k]->DiskRecords(delta_since);
+    if (d == nullptr) continue;
+    DiskSource source{std::move(d), k};
+    source.valid = source.records->Next(&source.view);
+    disk.push_back(std::move(source));
+  }
+  size_t next_ram = 0;
+  RETURN_IF_ERROR(WriteStream(
+      writer, sst_path, variable, kRecordsTensor, entry_bytes, chunk_bytes,
+      [&](int64_t* key, char* out) {
+        // The next record in routing order: RAM's next, or the least of the disk tiers' next.
+        DiskSource* least = nullptr;
+        for (DiskSource& d : disk) {
+          if (d.valid && (least == nullptr || Routed(d.view.key) < Routed(least->view.key))) {
+            least = &d;
+          }
+        }
+        const bool ram = next_ram < records.size() &&
+                         (least == nullptr || records[next_ram].order < Routed(least->view.key));
+        if (!ram && least == nullptr) return false;
+        const DynamicRecordView& v = ram ? records[next_ram].view : least->view;
+        *key = v.key;
         std::memcpy(out, &v.key, 8);
         std::memcpy(out + 8, &v.step, 8);
         std::memcpy(out + 16, &v.count, 4);
         std::memcpy(out + kRecordEntryHeader, v.data, static_cast<size_t>(4 * floats));
+        if (ram) {
+          ++next_ram;
+        } else {  // copied out: the source moves on
+          ++records_per_shard[least->shard];
+          least->valid = least->records->Next(&least->view);
+        }
+        return true;
       },
       entries));
+  for (DiskSource& d : disk) RETURN_IF_ERROR(d.records->status());
   for (size_t k = 0; k < shards.size(); ++k) {
     SavedShard* saved = response->add_shards();
     *saved->mutable_def() = shards[k]->def();
@@ -500,7 +564,7 @@ absl::StatusOr<int64_t> ShardCheckpointReader::ReadDynamicInto(const RestoreShar
           const uint32_t route = RoutingHash(k);
           if (route < lo || route >= hi) continue;
           if (!records) {
-            shard->EraseKey(k);
+            RETURN_IF_ERROR(shard->EraseKey(k));
             continue;
           }
           record.key = k;

@@ -1,12 +1,20 @@
 #include "ps/variable_store.h"
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <thread>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/grpc_util.h"
 #include "common/status_macros.h"
@@ -51,8 +59,53 @@ VariableShardDef WithDefaults(const VariableShardDef& def) {
 
 }  // namespace
 
-VariableStore::VariableStore(int data_threads, int64_t memory_budget_bytes)
-    : budget_(memory_budget_bytes) {
+VariableStore::OwnedDir::~OwnedDir() {
+  if (path.empty()) return;
+  std::error_code ignored;  // what is left is wiped by the next store that uses the directory
+  std::filesystem::remove_all(path, ignored);
+}
+
+absl::StatusOr<std::string> VariableStore::TierDir() {
+  absl::MutexLock lock(&tier_mu_);
+  if (tier_root_.path.empty()) {
+    std::string base = disk_dir_;
+    if (base.empty()) {
+      const char* tmp = std::getenv("TMPDIR");
+      base = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+    }
+    std::error_code error;
+    std::filesystem::create_directories(base, error);
+    if (error) {
+      return absl::InternalError(absl::StrCat("can't make the ps's disk directory ", base, ": ",
+                                              error.message()));
+    }
+    // Tiers left by ps processes that died (a tier is a cache: nothing in it is needed).
+    for (const auto& entry : std::filesystem::directory_iterator(base, error)) {
+      const std::string name = entry.path().filename().string();
+      int pid = 0;
+      if (!absl::StartsWith(name, "pstrain-tiers-") ||
+          !absl::SimpleAtoi(name.substr(strlen("pstrain-tiers-")), &pid) || pid <= 0) {
+        continue;
+      }
+      if (::kill(pid, 0) != 0 && errno == ESRCH) {
+        std::error_code ignored;
+        std::filesystem::remove_all(entry.path(), ignored);
+      }
+    }
+    const std::string root = absl::StrCat(base, "/pstrain-tiers-", ::getpid());
+    std::filesystem::remove_all(root, error);
+    std::filesystem::create_directories(root, error);
+    if (!error) tier_root_.path = root;
+    if (error) {
+      return absl::InternalError(
+          absl::StrCat("can't make the ps's tier directory ", root, ": ", error.message()));
+    }
+  }
+  return absl::StrCat(tier_root_.path, "/", tier_dirs_++);
+}
+
+VariableStore::VariableStore(int data_threads, int64_t memory_budget_bytes, std::string disk_dir)
+    : budget_(memory_budget_bytes), disk_dir_(std::move(disk_dir)) {
   if (data_threads < 0) {
     data_threads = std::max(0, static_cast<int>(std::thread::hardware_concurrency()) - 1);
   }
@@ -91,7 +144,11 @@ absl::StatusOr<std::vector<bool>> VariableStore::CreateShards(
   for (size_t i = 0; i < defs.size(); ++i) {
     if (Find(defs[i].name()) != nullptr || FindDynamic(defs[i].name()) != nullptr) continue;
     if (defs[i].has_dynamic()) {
-      ASSIGN_OR_RETURN(built_dynamic[i], DynamicShard::Create(defs[i], &budget_));
+      std::string tier_dir;
+      if (defs[i].dynamic().disk_tier()) {
+        ASSIGN_OR_RETURN(tier_dir, TierDir());
+      }
+      ASSIGN_OR_RETURN(built_dynamic[i], DynamicShard::Create(defs[i], &budget_, tier_dir));
     } else {
       ASSIGN_OR_RETURN(built[i], VariableShard::Create(defs[i], /*initialize=*/true, &budget_));
     }
@@ -625,8 +682,12 @@ absl::StatusOr<RestoreShardsResponse> VariableStore::RestoreShards(
       ASSIGN_OR_RETURN(bytes, reader.ReadInto(request.ops(i), fresh.get()));
       staged.push_back(std::move(fresh));
     } else {
+      std::string tier_dir;
+      if (live[i].dynamic->def().dynamic().disk_tier()) {
+        ASSIGN_OR_RETURN(tier_dir, TierDir());
+      }
       ASSIGN_OR_RETURN(std::unique_ptr<DynamicShard> fresh,
-                       DynamicShard::Create(live[i].dynamic->def(), &budget_));
+                       DynamicShard::Create(live[i].dynamic->def(), &budget_, tier_dir));
       ASSIGN_OR_RETURN(bytes, reader.ReadDynamicInto(request.ops(i), fresh.get()));
       staged_dynamic.push_back(std::move(fresh));
     }

@@ -31,7 +31,12 @@ class VariableStore {
   // (gRPC) thread; -1 (default): one fewer than the machine's cores, so one request can use every
   // core while the others are idle; 0: none.
   // `memory_budget_bytes`: the ps's memory budget (0: none), see ps/memory_budget.h.
-  explicit VariableStore(int data_threads = -1, int64_t memory_budget_bytes = 0);
+  // `disk_dir`: where dynamic tables' disk tiers go (ps/disk_tier.h): this store's tiers live in
+  // its subdirectory pstrain-tiers-<pid>, made when a table first asks for a tier and removed with
+  // the store (and, at that moment, those of processes no longer running); empty: under $TMPDIR
+  // (or /tmp).
+  explicit VariableStore(int data_threads = -1, int64_t memory_budget_bytes = 0,
+                         std::string disk_dir = "");
 
   // The most ids one Lookup or Update may carry, over all its ops (0: no limit); more is
   // kResourceExhausted saying so. Call before serving.
@@ -160,6 +165,23 @@ class VariableStore {
 
   std::unique_ptr<ThreadPool> pool_;  // null: no helper threads
   MemoryBudget budget_;
+  // Below: the disk tiers' directory.
+  // The directory each new shard's tier goes under (made on first use; a restore's staged
+  // shards get their own, so that they never share a live shard's tier).
+  absl::StatusOr<std::string> TierDir();
+  const std::string disk_dir_;
+  // A directory removed when it goes: declared before the shards, so it goes after them (their
+  // tiers closed).
+  struct OwnedDir {
+    std::string path;  // empty: none made yet
+    OwnedDir() = default;
+    OwnedDir(const OwnedDir&) = delete;
+    OwnedDir& operator=(const OwnedDir&) = delete;
+    ~OwnedDir();
+  };
+  absl::Mutex tier_mu_;
+  OwnedDir tier_root_ ABSL_GUARDED_BY(tier_mu_);  // made: pstrain-tiers-<pid>
+  int64_t tier_dirs_ ABSL_GUARDED_BY(tier_mu_) = 0;
   int64_t max_ids_per_request_ = 0;  // 0: no limit
 
   // Updates and training lookups of dynamic tables hold it shared; a save or a restore's swap

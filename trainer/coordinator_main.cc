@@ -168,6 +168,13 @@ ABSL_FLAG(int, full_checkpoint_every, 10,
 ABSL_FLAG(std::string, ps_memory_budget, "0",
           "In-process cluster: each ps task's memory budget (bytes, or with K, M, G, T; 0: none). "
           "With separate processes, give each ps_server --memory_budget.");
+ABSL_FLAG(bool, disk_tier, false,
+          "Every dynamic table gets a disk tier: the rows past a ps's memory budget move to its "
+          "local disk (RocksDB) and come back when used, instead of the job failing at the "
+          "budget. With an in-process cluster, --ps_disk_dir says where; separate ps_server "
+          "processes take --disk_dir.");
+ABSL_FLAG(std::string, ps_disk_dir, "",
+          "In-process cluster: where each ps task's disk tiers go (empty: a temporary directory).");
 ABSL_FLAG(std::string, logdir, "runs/{model}",
           "TensorBoard event files go here ({model} is replaced; empty: none).");
 ABSL_FLAG(int64_t, steps, 2000, "sum job: closures to schedule.");
@@ -379,6 +386,7 @@ int RunTrainJob(const JobPlan& plan) {
   trainer.restore_skip_missing = absl::GetFlag(FLAGS_restore_skip_missing);
   trainer.checkpoint_every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
   trainer.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
+  trainer.placement.tables_disk_tier = absl::GetFlag(FLAGS_disk_tier);
   trainer.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
   trainer.checkpoint_incremental = absl::GetFlag(FLAGS_checkpoint_incremental);
   trainer.full_checkpoint_every = absl::GetFlag(FLAGS_full_checkpoint_every);
@@ -437,6 +445,7 @@ int RunTrainJob(const JobPlan& plan) {
       absl::StatusOr<int64_t> budget = ParseByteSize(absl::GetFlag(FLAGS_ps_memory_budget));
       if (!budget.ok()) return Fail(absl::StrCat("--ps_memory_budget: ", budget.status().message()));
       mirrored.shared_ps_memory_budget_bytes = *budget;
+      mirrored.shared_ps_disk_dir = absl::GetFlag(FLAGS_ps_disk_dir);
       job = plan.in_process_ps > 0
                 ? TrainHybridInProcess(name, options, trainer, mirrored, plan.in_process_ps)
                 : TrainMultiWorkerMirrored(name, options, trainer, mirrored);
@@ -588,6 +597,7 @@ int Run() {
     absl::StatusOr<int64_t> budget = ParseByteSize(absl::GetFlag(FLAGS_ps_memory_budget));
     if (!budget.ok()) return Fail(absl::StrCat("--ps_memory_budget: ", budget.status().message()));
     options->ps_memory_budget_bytes = *budget;
+    options->ps_disk_dir = absl::GetFlag(FLAGS_ps_disk_dir);
     if (metrics_port != 0) {
       options->metrics_port = metrics_port > 0 ? metrics_port + 1 : 0;
       options->host = absl::GetFlag(FLAGS_metrics_host) == "0.0.0.0" ? "localhost"

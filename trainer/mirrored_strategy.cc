@@ -349,6 +349,7 @@ absl::StatusOr<MirroredResult> TrainHybridInProcess(const std::string& model_nam
     PsServerOptions ps;
     ps.task_index = i;
     ps.memory_budget_bytes = mirrored.shared_ps_memory_budget_bytes;
+    ps.disk_dir = mirrored.shared_ps_disk_dir;
     ASSIGN_OR_RETURN(std::unique_ptr<PsServer> server, PsServer::Start(ps));
     mirrored.shared_ps.push_back(server->address());
     servers.push_back(std::move(server));

@@ -72,6 +72,7 @@ struct MirroredOptions {
   std::vector<std::string> shared_ps;
   // In-process hybrid: each shared ps task's memory budget (PsServerOptions). Default 0: none.
   int64_t shared_ps_memory_budget_bytes = 0;
+  std::string shared_ps_disk_dir;
   // Tests: called on each worker's thread once its group is formed (attempt 0, 1, ...), before
   // training; and after each of its steps. An error ends that worker's attempt: its servers and
   // connections go away. kUnavailable stands for a crash (the job restarts from the latest

@@ -1,0 +1,326 @@
+#include "ps/disk_tier.h"
+
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "partitioners/key_routing.h"
+#include "rocksdb/cache.h"
+#include "rocksdb/db.h"
+#include "rocksdb/filter_policy.h"
+#include "rocksdb/table.h"
+#include "rocksdb/write_batch.h"
+
+namespace pstrain {
+namespace {
+
+// Keys as the routing hash's 4 big-endian bytes, then the key's 8 (as unsigned): RocksDB's byte
+// order is then the checkpoints' order.
+constexpr size_t kKeyBytes = 12;
+void EncodeKey(int64_t key, char* out) {
+  const uint32_t route = RoutingHash(key);
+  for (int i = 0; i < 4; ++i) out[i] = static_cast<char>(route >> (24 - 8 * i));
+  const uint64_t u = static_cast<uint64_t>(key);
+  for (int i = 0; i < 8; ++i) out[4 + i] = static_cast<char>(u >> (56 - 8 * i));
+}
+
+int64_t DecodeKey(const char* p) {
+  uint64_t u = 0;
+  for (int i = 4; i < 12; ++i) u = (u << 8) | static_cast<unsigned char>(p[i]);
+  return static_cast<int64_t>(u);
+}
+
+}  // namespace
+
+struct DiskTier::Db {
+  std::shared_ptr<rocksdb::Cache> cache;
+  rocksdb::Options options;
+  std::unique_ptr<rocksdb::DB> db;
+  rocksdb::WriteOptions write;
+  rocksdb::ReadOptions read;
+};
+
+std::string DiskTierDirName(absl::string_view shard) {
+  std::string out;
+  for (char c : shard) {
+    const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                       c == '.' || c == '_' || c == '-';
+    if (plain && !(c == '.' && out.empty())) {
+      out.push_back(c);
+    } else {
+      absl::StrAppendFormat(&out, "%%%02X", static_cast<unsigned char>(c));
+    }
+  }
+  return out;
+}
+
+DiskTier::DiskTier(const DiskTierOptions& options, int64_t value_bytes, std::string who,
+                   MemoryBudget* budget)
+    : options_(options), value_bytes_(value_bytes), who_(std::move(who)), memory_(budget) {}
+
+DiskTier::~DiskTier() {
+  if (db_ != nullptr && db_->db != nullptr) {
+    db_->db->Close().PermitUncheckedError();  // going away: nothing to keep
+    db_->db.reset();
+  }
+  std::error_code ignored;  // a directory left behind is wiped by the next Open
+  std::filesystem::remove_all(options_.dir, ignored);
+}
+
+absl::Status DiskTier::FromRocks(absl::string_view what, const void* status) const {
+  const rocksdb::Status& s = *static_cast<const rocksdb::Status*>(status);
+  const std::string where = absl::StrCat(who_, ": ", what, " (disk tier ", options_.dir, "): ");
+  if (s.IsCorruption())
+    return absl::DataLossError(absl::StrCat(where, "a corrupt file: ", s.ToString()));
+  if (s.IsNoSpace() || s.IsIOError()) {
+    return absl::ResourceExhaustedError(absl::StrCat(where, s.ToString()));
+  }
+  return absl::InternalError(absl::StrCat(where, s.ToString()));
+}
+
+absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& options,
+                                                         int64_t value_bytes, std::string who,
+                                                         MemoryBudget* budget) {
+  if (options.dir.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": a disk tier needs a directory"));
+  }
+  if (value_bytes < 1 || options.max_bytes < 0 || options.write_buffer_bytes < (64 << 10) ||
+      options.cache_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        who, ": disk tier options out of range (value bytes ", value_bytes, ", max_bytes ",
+        options.max_bytes, ", write_buffer_bytes ", options.write_buffer_bytes,
+        " (at least 64 KiB), cache_bytes ", options.cache_bytes, ")"));
+  }
+  std::unique_ptr<DiskTier> tier(new DiskTier(options, value_bytes, who, budget));
+  const int64_t memory = 2 * options.write_buffer_bytes + options.cache_bytes;
+  if (absl::Status s = tier->memory_.Add(memory, absl::StrCat(who, " (its disk tier's buffers)"));
+      !s.ok()) {
+    return s;
+  }
+  std::error_code error;
+  std::filesystem::remove_all(options.dir, error);
+  if (!error) std::filesystem::create_directories(options.dir, error);
+  if (error) {
+    return absl::InternalError(absl::StrCat(who, ": can't make the disk tier's directory ",
+                                            options.dir, ": ", error.message()));
+  }
+  tier->db_ = std::make_unique<Db>();
+  Db& d = *tier->db_;
+  rocksdb::BlockBasedTableOptions table;
+  if (options.cache_bytes > 0) {
+    d.cache = rocksdb::NewLRUCache(static_cast<size_t>(options.cache_bytes));
+    table.block_cache = d.cache;
+    table.cache_index_and_filter_blocks = true;
+    table.pin_l0_filter_and_index_blocks_in_cache = true;
+  } else {
+    table.no_block_cache = true;
+  }
+  // Point reads of one record: small blocks, a whole-key Bloom filter so that keys never stored
+  // (most of a training lookup's misses) cost no disk read, XXH3 checksums (Debian's RocksDB
+  // computes CRC-32C in software).
+  table.block_size = 4096;
+  table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  table.checksum = rocksdb::kXXH3;
+  table.format_version = 5;
+  d.options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  d.options.create_if_missing = true;
+  d.options.error_if_exists = true;
+  d.options.paranoid_checks = true;
+  d.options.compression = rocksdb::kNoCompression;  // float rows don't compress
+  d.options.write_buffer_size = static_cast<size_t>(options.write_buffer_bytes);
+  d.options.max_write_buffer_number = 2;
+  d.options.max_open_files = -1;
+  d.options.info_log_level = rocksdb::WARN_LEVEL;
+  d.options.keep_log_file_num = 1;
+  d.options.max_background_jobs = 2;
+  d.options.level_compaction_dynamic_level_bytes = true;
+  d.options.avoid_unnecessary_blocking_io = true;
+  if (options.env != nullptr) d.options.env = options.env;
+  d.write.disableWAL = true;  // a cache of the checkpoint: nothing to recover after a crash
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status s = rocksdb::DB::Open(d.options, options.dir, &raw);
+  if (!s.ok()) {
+    return absl::InternalError(
+        absl::StrCat(who, ": can't open the disk tier at ", options.dir, ": ", s.ToString()));
+  }
+  d.db.reset(raw);
+  return tier;
+}
+
+absl::Status DiskTier::Read(const int64_t* keys, size_t n, char* values,
+                            std::vector<uint8_t>* found) {
+  found->assign(n, 0);
+  if (n == 0) return absl::OkStatus();
+  std::vector<char> encoded(n * kKeyBytes);
+  std::vector<rocksdb::Slice> slices(n);
+  for (size_t i = 0; i < n; ++i) {
+    EncodeKey(keys[i], &encoded[i * kKeyBytes]);
+    slices[i] = rocksdb::Slice(&encoded[i * kKeyBytes], kKeyBytes);
+  }
+  std::vector<rocksdb::PinnableSlice> got(n);
+  std::vector<rocksdb::Status> statuses(n);
+  db_->db->MultiGet(db_->read, db_->db->DefaultColumnFamily(), n, slices.data(), got.data(),
+                    statuses.data());
+  int64_t hits = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (statuses[i].IsNotFound()) continue;
+    if (!statuses[i].ok()) return FromRocks("reading rows", &statuses[i]);
+    if (static_cast<int64_t>(got[i].size()) != value_bytes_) {
+      return absl::DataLossError(
+          absl::StrCat(who_, ": the disk tier at ", options_.dir, " holds a record of ",
+                       got[i].size(), " bytes for key ", keys[i], ", expected ", value_bytes_));
+    }
+    std::memcpy(values + i * value_bytes_, got[i].data(), static_cast<size_t>(value_bytes_));
+    (*found)[i] = 1;
+    ++hits;
+  }
+  hits_.fetch_add(hits, std::memory_order_relaxed);
+  misses_.fetch_add(static_cast<int64_t>(n) - hits, std::memory_order_relaxed);
+  bytes_read_.fetch_add(hits * value_bytes_, std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> DiskTier::Has(int64_t key) {
+  std::vector<char> value(static_cast<size_t>(value_bytes_));
+  std::vector<uint8_t> found;
+  if (absl::Status s = Read(&key, 1, value.data(), &found); !s.ok()) return s;
+  return found[0] != 0;
+}
+
+absl::Status DiskTier::Write(const std::vector<int64_t>& put_keys, const char* put_values,
+                             const std::vector<int64_t>& delete_keys, int64_t rows_delta) {
+  if (put_keys.empty() && delete_keys.empty()) return absl::OkStatus();
+  const int64_t rows_now = rows();
+  if (options_.max_bytes > 0 && rows_delta > 0 &&
+      (rows_now + rows_delta) * value_bytes_ > options_.max_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(who_, ": moving ", rows_delta, " more rows (", rows_delta * value_bytes_,
+                     " bytes) to disk would pass its disk budget of ", options_.max_bytes,
+                     " bytes (", rows_now * value_bytes_, " in use, in ", options_.dir, ")"));
+  }
+  rocksdb::WriteBatch batch;
+  char key[kKeyBytes];
+  for (size_t i = 0; i < put_keys.size(); ++i) {
+    EncodeKey(put_keys[i], key);
+    rocksdb::Status s =
+        batch.Put(rocksdb::Slice(key, kKeyBytes),
+                  rocksdb::Slice(put_values + i * value_bytes_, static_cast<size_t>(value_bytes_)));
+    if (!s.ok()) return FromRocks("batching rows", &s);
+  }
+  for (int64_t k : delete_keys) {
+    EncodeKey(k, key);
+    rocksdb::Status s = batch.Delete(rocksdb::Slice(key, kKeyBytes));
+    if (!s.ok()) return FromRocks("batching deletions", &s);
+  }
+  rocksdb::Status s = db_->db->Write(db_->write, &batch);
+  if (!s.ok()) return FromRocks("writing rows", &s);
+  rows_.fetch_add(rows_delta, std::memory_order_relaxed);
+  bytes_written_.fetch_add(static_cast<int64_t>(put_keys.size()) * value_bytes_,
+                           std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+absl::Status DiskTier::Scan(const int64_t* from_key,
+                            const std::function<bool(int64_t, const char*)>& fn, int64_t* next,
+                            bool* more) const {
+  if (more != nullptr) *more = false;
+  rocksdb::ReadOptions read = db_->read;
+  read.fill_cache = false;  // a scan's blocks would push the point reads' out
+  std::unique_ptr<rocksdb::Iterator> it(db_->db->NewIterator(read));
+  char start[kKeyBytes];
+  if (from_key != nullptr) {
+    EncodeKey(*from_key, start);
+    it->Seek(rocksdb::Slice(start, kKeyBytes));
+  } else {
+    it->SeekToFirst();
+  }
+  int64_t rows = 0;
+  for (; it->Valid(); it->Next()) {
+    if (it->key().size() != kKeyBytes || static_cast<int64_t>(it->value().size()) != value_bytes_) {
+      return BadEntry(it->key().size(), it->value().size());
+    }
+    const int64_t key = DecodeKey(it->key().data());
+    if (!fn(key, it->value().data())) {
+      if (next != nullptr) *next = key;
+      if (more != nullptr) *more = true;
+      break;
+    }
+    ++rows;
+  }
+  bytes_read_.fetch_add(rows * value_bytes_, std::memory_order_relaxed);
+  rocksdb::Status s = it->status();
+  if (!s.ok()) return FromRocks("scanning rows", &s);
+  return absl::OkStatus();
+}
+
+absl::Status DiskTier::BadEntry(size_t key_bytes, size_t value_bytes) const {
+  return absl::DataLossError(absl::StrCat(
+      who_, ": the disk tier at ", options_.dir, " holds an entry of ", key_bytes,
+      " key bytes and ", value_bytes, " value bytes, expected ", kKeyBytes, " and ", value_bytes_));
+}
+
+struct DiskTier::Reader::Impl {
+  const DiskTier* tier;
+  std::unique_ptr<rocksdb::Iterator> it;
+  absl::Status bad;  // an entry of the wrong size
+  void Check() {
+    if (it->Valid() && (it->key().size() != kKeyBytes ||
+                        static_cast<int64_t>(it->value().size()) != tier->value_bytes_)) {
+      bad = tier->BadEntry(it->key().size(), it->value().size());
+    }
+  }
+};
+
+DiskTier::Reader::Reader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DiskTier::Reader::~Reader() = default;
+bool DiskTier::Reader::Valid() const { return impl_->bad.ok() && impl_->it->Valid(); }
+int64_t DiskTier::Reader::key() const { return DecodeKey(impl_->it->key().data()); }
+const char* DiskTier::Reader::value() const { return impl_->it->value().data(); }
+void DiskTier::Reader::Next() {
+  impl_->it->Next();
+  impl_->tier->bytes_read_.fetch_add(impl_->tier->value_bytes_, std::memory_order_relaxed);
+  impl_->Check();
+}
+absl::Status DiskTier::Reader::status() const {
+  if (!impl_->bad.ok()) return impl_->bad;
+  rocksdb::Status s = impl_->it->status();
+  if (!s.ok()) return impl_->tier->FromRocks("reading rows", &s);
+  return absl::OkStatus();
+}
+
+std::unique_ptr<DiskTier::Reader> DiskTier::NewReader() const {
+  auto impl = std::make_unique<Reader::Impl>();
+  impl->tier = this;
+  rocksdb::ReadOptions read = db_->read;
+  read.fill_cache = false;
+  impl->it.reset(db_->db->NewIterator(read));
+  impl->it->SeekToFirst();
+  impl->Check();
+  return std::unique_ptr<Reader>(new Reader(std::move(impl)));
+}
+
+absl::Status DiskTier::Flush() {
+  rocksdb::Status s = db_->db->Flush(rocksdb::FlushOptions());
+  if (!s.ok()) return FromRocks("flushing", &s);
+  return absl::OkStatus();
+}
+
+DiskTierCounters DiskTier::Counters() const {
+  DiskTierCounters c;
+  c.rows = rows();
+  c.bytes = c.rows * value_bytes_;
+  uint64_t files = 0;
+  if (db_->db->GetIntProperty(rocksdb::DB::Properties::kTotalSstFilesSize, &files)) {
+    c.file_bytes = static_cast<int64_t>(files);
+  }
+  c.hits = hits_.load(std::memory_order_relaxed);
+  c.misses = misses_.load(std::memory_order_relaxed);
+  c.bytes_read = bytes_read_.load(std::memory_order_relaxed);
+  c.bytes_written = bytes_written_.load(std::memory_order_relaxed);
+  c.memory_bytes = memory_.bytes();
+  return c;
+}
+
+}  // namespace pstrain
