@@ -5,9 +5,9 @@
 //   bazel run -c opt //bench:dynamic_table_bench -- --keys=262144 --seconds=0.5   # quick
 //
 // Both tables hold 4M keys (rows) of 16 float32 with Adagrad; requests carry 16,384 uniform random
-// keys (the fixed table's ids are rows 0..N-1, the dynamic table's keys MixKey of those, so both see
-// the same access pattern). Figures (targets from the issue, as ratios to the fixed table's figure
-// measured just before):
+// keys (the fixed table's ids are rows 0..N-1, the dynamic table's keys MixKey of those, so both
+// see the same access pattern). Figures (targets from the issue, as ratios to the fixed table's
+// figure measured just before):
 //   <transport>.fixed_pull / .dynamic_find (training lookups, every key present; target 0.7) /
 //   .dynamic_find_eval (evaluation lookups), .fixed_push / .dynamic_apply (Adagrad; target 0.7),
 //   .dynamic_insert (every key new; target 0.4 of the fixed pull), each with 1 and 4 requests in
@@ -19,12 +19,20 @@
 //   own_work: the ps's work without the transport: the store (as a ps runs it, with its pool:
 //   finds, Adagrad, and inserts into memory the table freed), the dynamic shard on one thread, and
 //   an absl::flat_hash_map<int64, record> doing the same on one thread.
+//   tier: the dynamic shard on one thread with a disk tier (ps/disk_tier.h), read with O_DIRECT
+//   (a table far beyond the machine's memory: the page cache doesn't hide the disk), RAM holding
+//   100%, 50%, 10% and 1% of --tier_keys keys; training lookups (finds) and Adagrad applies of
+//   --tier_keys_per_request keys drawn uniformly or Zipf-distributed (s = 1.05, hot keys spread
+//   over the key space), in steady state (after a warm-up of as many requests), beside the same
+//   shard all in RAM and the disk's own 4 KiB random reads at queue depth 1 and 32.
 //   limit: random 64-byte row gather, loopback TCP (bench/machine_limits.h).
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -57,6 +65,10 @@ ABSL_FLAG(std::string, dir, "/tmp/dynamic_table_bench", "Scratch directory for c
 ABSL_FLAG(std::string, transport, "data_plane",
           "How the requests travel: data_plane (the ps's TCP data plane, the default; figures "
           "named data_plane.*) or grpc (unary gRPC calls; figures named grpc.*).");
+ABSL_FLAG(int64_t, tier_keys, 1 << 20,
+          "Keys of the disk tier's table (16 float32 with Adagrad: 152 bytes a record).");
+ABSL_FLAG(int64_t, tier_keys_per_request, 4096, "Keys per request in the disk tier's figures.");
+ABSL_FLAG(bool, tier_only, false, "Only the disk tier's figures (and their limits).");
 ABSL_FLAG(bool, own_work_only, false,
           "Only the limits and the ps's own work without gRPC (for profiling).");
 
@@ -149,8 +161,8 @@ struct Workload {
       LookupOp* e = w.dynamic_evals.emplace_back().add_ops();
       *e = *f;
       e->set_insert(false);
-      for (auto [requests, shard, bytes] :
-           {std::tuple{&w.fixed_pushes, "emb", &l->ids()}, std::tuple{&w.dynamic_pushes, "dyn", &f->ids()}}) {
+      for (auto [requests, shard, bytes] : {std::tuple{&w.fixed_pushes, "emb", &l->ids()},
+                                            std::tuple{&w.dynamic_pushes, "dyn", &f->ids()}}) {
         UpdateOp* u = requests->emplace_back().add_ops();
         u->set_shard(shard);
         u->set_kind(UpdateOp::APPLY_GRADIENT);
@@ -260,7 +272,8 @@ struct MapRecord {
 void MeasureOwnWork(const Timing& timing, const Workload& w, double gather_limit) {
   // The store as a ps runs it (its pool), both tables filled with every key.
   VariableStore store;
-  if (absl::Status s = store.CreateShards({FixedDef(w.keys), DynamicDef("dyn")}).status(); !s.ok()) {
+  if (absl::Status s = store.CreateShards({FixedDef(w.keys), DynamicDef("dyn")}).status();
+      !s.ok()) {
     Die(s, "local store");
   }
   for (const LookupRequest& r : InsertRequests("dyn", 0, w.keys, 65536)) {
@@ -281,9 +294,8 @@ void MeasureOwnWork(const Timing& timing, const Workload& w, double gather_limit
   // A line of ours with the peer's figure beside it, measured in the same run.
   auto emit_with_peer = [&](json j, const RunResult& ours, const RunResult& peer,
                             const std::string& peer_name) {
-    j["peer"] = {{"name", peer_name},
-                 {"value", Round(peer.per_sec() * rows / 1e6)},
-                 {"unit", "M rows/s"}};
+    j["peer"] = {
+        {"name", peer_name}, {"value", Round(peer.per_sec() * rows / 1e6)}, {"unit", "M rows/s"}};
     j["ratio_to_peer"] = Round(ours.per_sec() / peer.per_sec());
     Emit(j);
   };
@@ -353,8 +365,9 @@ void MeasureOwnWork(const Timing& timing, const Workload& w, double gather_limit
     std::sort(rates.begin(), rates.end());
     const double median = rates[rates.size() / 2];
     json j = Base("own_work.store.dynamic_insert_recycled", median / 1e6, "M rows/s");
-    j["detail"] = "VariableStore::Lookup, training lookups of keys all new, into memory the "
-                  "table freed (erased keys), one request at a time; the median of the rounds";
+    j["detail"] =
+        "VariableStore::Lookup, training lookups of keys all new, into memory the "
+        "table freed (erased keys), one request at a time; the median of the rounds";
     j["keys_per_round"] = n;
     j["rounds"] = rates.size();
     j["range"] = {Round(rates.front() / 1e6), Round(rates.back() / 1e6)};
@@ -429,12 +442,195 @@ void MeasureOwnWork(const Timing& timing, const Workload& w, double gather_limit
            "DynamicShard::Update (APPLY_GRADIENT, Adagrad; sums repeated keys first), no pool"),
       shard_apply, map_apply,
       "absl::flat_hash_map<int64, record>: find, Adagrad on the row (repeats not summed)");
-  json mem = Base("own_work.flat_hash_map_bytes_per_key",
-                  static_cast<double>(map.capacity() * (sizeof(std::pair<int64_t, MapRecord>) + 1)) /
-                      static_cast<double>(map.size()),
-                  "bytes");
+  json mem =
+      Base("own_work.flat_hash_map_bytes_per_key",
+           static_cast<double>(map.capacity() * (sizeof(std::pair<int64_t, MapRecord>) + 1)) /
+               static_cast<double>(map.size()),
+           "bytes");
   mem["detail"] = "the peer's slots (key + record) and control bytes per key held";
   Emit(mem);
+}
+
+// ---- The disk tier.
+
+// Keys of `requests` requests of `per_request` keys each, from `n` keys: uniform, or Zipf with
+// exponent `s` over ranks mapped to keys by a fixed permutation.
+std::vector<std::vector<int64_t>> TierRequests(int64_t n, int64_t per_request, int requests,
+                                               double zipf_s, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int64_t> key_of_rank(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) key_of_rank[i] = i;
+  std::shuffle(key_of_rank.begin(), key_of_rank.end(), rng);
+  std::vector<double> cdf;
+  if (zipf_s > 0) {
+    cdf.resize(static_cast<size_t>(n));
+    double sum = 0;
+    for (int64_t r = 0; r < n; ++r)
+      cdf[r] = (sum += 1.0 / std::pow(static_cast<double>(r + 1), zipf_s));
+    for (double& c : cdf) c /= sum;
+  }
+  std::uniform_real_distribution<double> unit(0, 1);
+  std::vector<std::vector<int64_t>> out(static_cast<size_t>(requests));
+  for (std::vector<int64_t>& request : out) {
+    request.resize(static_cast<size_t>(per_request));
+    for (int64_t& key : request) {
+      const int64_t rank =
+          zipf_s > 0 ? std::min<int64_t>(
+                           n - 1, std::lower_bound(cdf.begin(), cdf.end(), unit(rng)) - cdf.begin())
+                     : static_cast<int64_t>(rng() % static_cast<uint64_t>(n));
+      key = key_of_rank[rank] * 2654435761 + 1;
+    }
+  }
+  return out;
+}
+
+void MeasureTier(const Timing& timing, const std::string& dir) {
+  const int64_t n = absl::GetFlag(FLAGS_tier_keys);
+  const int64_t per_request = absl::GetFlag(FLAGS_tier_keys_per_request);
+  const int64_t record_bytes = DynamicShard::kHeaderBytes + 2 * kDim * 4;
+  LimitTiming limit_timing;
+  limit_timing.warmup = timing.warmup;
+  limit_timing.duration = timing.duration;
+  double disk_qd[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    const int qd = i == 0 ? 1 : 32;
+    absl::StatusOr<double> reads = MeasureDiskRandomReadsPerSec(
+        limit_timing, dir, std::max<int64_t>(int64_t{1} << 30, n * record_bytes), qd);
+    if (!reads.ok()) Die(reads.status(), "disk limit");
+    disk_qd[i] = *reads;
+    json line = Base(absl::StrCat("limit.disk_random_4k_reads_qd", qd), *reads, "reads/s");
+    line["shape"] = absl::StrCat("4 KiB random preads with O_DIRECT over a file of ",
+                                 std::max<int64_t>(int64_t{1} << 30, n * record_bytes) >> 20,
+                                 " MiB in ", dir, ", ", qd, " threads");
+    Emit(line);
+  }
+  const int kRequests = 64;
+  struct Dist {
+    std::string name;
+    std::vector<std::vector<int64_t>> requests;
+  };
+  std::vector<Dist> dists;
+  dists.push_back({"uniform", TierRequests(n, per_request, kRequests, 0, 7)});
+  dists.push_back({"zipf1.05", TierRequests(n, per_request, kRequests, 1.05, 7)});
+  std::vector<float> grads(static_cast<size_t>(per_request * kDim), 0.01f);
+  const std::string grad_bytes(reinterpret_cast<const char*>(grads.data()), grads.size() * 4);
+  std::map<std::string, double> all_in_ram;  // "find.uniform" -> keys/s
+  struct Case {
+    std::string name;
+    double ram_fraction;  // 0: no tier
+    bool direct;
+  };
+  const std::vector<Case> cases = {{"all_in_ram", 0, true}, {"ram100", 1.0, true},
+                                   {"ram50", 0.5, true},    {"ram10", 0.1, true},
+                                   {"ram1", 0.01, true},    {"ram1_page_cache", 0.01, false}};
+  for (const Case& c : cases) {
+    VariableShardDef def = DynamicDef("tier");
+    def.set_name("tier");
+    def.set_variable("tier");
+    def.set_num_shards(1);
+    def.set_shard_index(0);
+    if (c.ram_fraction > 0) {
+      def.mutable_dynamic()->set_disk_tier(true);
+      def.mutable_dynamic()->set_max_rows(
+          std::max<int64_t>(1, static_cast<int64_t>(n * c.ram_fraction)));
+    }
+    const std::string tier_dir = dir + "/tier";
+    std::shared_ptr<DiskStore> store;
+    if (c.ram_fraction > 0) {
+      DiskStoreOptions options;  // the ps's defaults: 8 MiB of buffers
+      options.dir = tier_dir;
+      options.direct_reads = c.direct;
+      absl::StatusOr<std::shared_ptr<DiskStore>> opened = DiskStore::Open(options, nullptr);
+      if (!opened.ok()) Die(opened.status(), "disk store");
+      store = *opened;
+    }
+    absl::StatusOr<std::unique_ptr<DynamicShard>> made = DynamicShard::Create(def, nullptr, store);
+    if (!made.ok()) Die(made.status(), "tier shard");
+    DynamicShard& shard = **made;
+    // Every key, in batches (the coldest end up on disk).
+    int64_t step = 1;
+    {
+      std::vector<int64_t> batch;
+      std::vector<char> out;
+      for (int64_t first = 0; first < n; first += 65536) {
+        batch.clear();
+        for (int64_t k = first; k < std::min(n, first + 65536); ++k)
+          batch.push_back(k * 2654435761 + 1);
+        out.resize(batch.size() * kRowBytes);
+        DynamicOpContext ctx;
+        ctx.step = step++;
+        if (absl::Status st =
+                shard.Lookup(Bytes(batch.data(), batch.size() * 8), true, ctx, out.data(), nullptr);
+            !st.ok()) {
+          Die(st, "tier fill");
+        }
+      }
+    }
+    for (const Dist& d : dists) {
+      std::vector<std::string> request_bytes;
+      for (const std::vector<int64_t>& r : d.requests)
+        request_bytes.push_back(Bytes(r.data(), r.size() * 8));
+      std::vector<char> out(static_cast<size_t>(per_request * kRowBytes));
+      size_t next = 0;
+      auto find = [&] {
+        DynamicOpContext ctx;
+        ctx.step = step++;
+        return shard.Lookup(request_bytes[next++ % request_bytes.size()], true, ctx, out.data(),
+                            nullptr);
+      };
+      auto apply = [&] {
+        UpdateOpView op;
+        op.shard_name = "tier";
+        op.kind = UpdateOp::APPLY_GRADIENT;
+        op.dtype = DT_FLOAT32;
+        op.sparse = true;
+        op.ids = request_bytes[next++ % request_bytes.size()];
+        op.values.push_back(grad_bytes);
+        op.values_bytes = static_cast<int64_t>(grad_bytes.size());
+        DynamicOpContext ctx;
+        ctx.step = step++;
+        return shard.Update(op, ctx, nullptr);
+      };
+      // Steady state first: as many requests as the set holds, untimed.
+      for (int i = 0; i < kRequests; ++i) {
+        if (absl::Status st = find(); !st.ok()) Die(st, "tier warm-up");
+      }
+      for (const char* what : {"find", "apply"}) {
+        const DynamicShardStats before = shard.Stats();
+        const RunResult r =
+            RunSerial(timing, std::string(what) == "find" ? std::function<absl::Status()>(find)
+                                                          : std::function<absl::Status()>(apply));
+        if (!r.status.ok()) Die(r.status, absl::StrCat("tier ", what));
+        const DynamicShardStats after = shard.Stats();
+        const double keys_per_sec = r.per_sec() * per_request;
+        const std::string key = absl::StrCat(what, ".", d.name);
+        json line = Base(absl::StrCat("tier.", c.name, ".", key), keys_per_sec / 1e6, "M keys/s");
+        line["us_per_request"] = Round(r.us_per_call(), 1);
+        line["cpu_cores"] = Round(r.cpu_cores, 2);
+        if (c.ram_fraction == 0) {
+          all_in_ram[key] = keys_per_sec;
+        } else {
+          line["vs_all_in_ram"] = Round(keys_per_sec / all_in_ram[key], 3);
+          const double looked = static_cast<double>(r.calls) * per_request;
+          const double hits = static_cast<double>(after.disk_hits() - before.disk_hits());
+          line["keys_from_disk"] = Round(hits / std::max(1.0, looked), 4);
+          line["disk_reads_per_sec_qd1_limit"] = Round(disk_qd[0], 0);
+          line["disk_reads_per_sec_qd32_limit"] = Round(disk_qd[1], 0);
+          // Keys read from disk per second, against the device's own random reads.
+          line["disk_keys_vs_qd1_limit"] = Round(hits / r.seconds / disk_qd[0], 3);
+          line["moved_to_disk"] = after.moved_to_disk() - before.moved_to_disk();
+        }
+        line["detail"] = absl::StrCat(
+            per_request, " keys a request of ", n, " (", d.name, "), RAM holding ",
+            c.ram_fraction == 0 ? std::string("every key, no tier")
+                                : absl::StrCat(c.ram_fraction * 100, "%"),
+            c.ram_fraction > 0 ? (c.direct ? ", O_DIRECT reads" : ", reads through the page cache")
+                               : "",
+            "; one thread, no transport");
+        Emit(line);
+      }
+    }
+  }
 }
 
 int Main() {
@@ -468,6 +664,11 @@ int Main() {
   const std::string dir = absl::GetFlag(FLAGS_dir);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  if (absl::GetFlag(FLAGS_tier_only)) {
+    MeasureTier(timing, dir);
+    std::filesystem::remove_all(dir);
+    return 0;
+  }
 
   // Limits.
   LimitTiming lt{timing.warmup, timing.duration};
@@ -480,9 +681,10 @@ int Main() {
   Emit(Base("limit.loopback_tcp_1stream", *tcp, "GB/s"));
   const double first_touch = MeasureFirstTouchGBps();
   j = Base("limit.first_touch_GBps", first_touch, "GB/s");
-  j["detail"] = "a fresh 1 GiB anonymous mapping (huge pages asked for), one byte written per "
-                "4 KiB page: what growing into new memory costs before anything is stored in it "
-                "(in a VM the host maps and zeroes every page too)";
+  j["detail"] =
+      "a fresh 1 GiB anonymous mapping (huge pages asked for), one byte written per "
+      "4 KiB page: what growing into new memory costs before anything is stored in it "
+      "(in a VM the host maps and zeroes every page too)";
   Emit(j);
 
   const Workload w = Workload::Build(keys, per_request);
@@ -551,13 +753,14 @@ int Main() {
   };
   for (int n : in_flight) {
     const std::string shard = n == 1 ? "dyn" : absl::StrCat("ins", n);
-    std::vector<LookupRequest> inserts = InsertRequests(shard, keys * (n == 1 ? 0 : n), keys,
-                                                        per_request);
+    std::vector<LookupRequest> inserts =
+        InsertRequests(shard, keys * (n == 1 ? 0 : n), keys, per_request);
     absl::StatusOr<double> secs = RunAll(client.get(), inserts, n);
     if (!secs.ok()) Die(secs.status(), "inserts");
-    json line = insert_line(absl::StrCat(net, "dynamic_insert_fresh_memory.in_flight_", n), n,
-                            *secs, "training lookups of keys all new, the table growing into new "
-                                   "memory: each key stored with its row drawn from (seed, key)");
+    json line =
+        insert_line(absl::StrCat(net, "dynamic_insert_fresh_memory.in_flight_", n), n, *secs,
+                    "training lookups of keys all new, the table growing into new "
+                    "memory: each key stored with its row drawn from (seed, key)");
     line["limit"] = {{"name", "limit.first_touch_GBps / ~170 bytes per key"},
                      {"value", Round(first_touch * 1e9 / key_bytes_guess / 1e6)},
                      {"unit", "M keys/s"}};
@@ -609,14 +812,14 @@ int Main() {
     if (absl::Status s = client->Update(erase, &erased); !s.ok()) Die(s, "erase");
   }
   for (int n : in_flight) {
-    json line = RowsLine(absl::StrCat(net, "dynamic_find.in_flight_", n),
-                         lookups(w.dynamic_finds, n), per_request, n,
-                         "training lookup (Lookup with insert), every key present");
+    json line =
+        RowsLine(absl::StrCat(net, "dynamic_find.in_flight_", n), lookups(w.dynamic_finds, n),
+                 per_request, n, "training lookup (Lookup with insert), every key present");
     Vs(&line, fixed_pull[n], kFindTarget, absl::StrCat(net, "fixed_pull at the same in_flight"));
     Emit(line);
-    line = RowsLine(absl::StrCat(net, "dynamic_find_eval.in_flight_", n),
-                    lookups(w.dynamic_evals, n), per_request, n,
-                    "evaluation lookup (never inserts), every key present");
+    line =
+        RowsLine(absl::StrCat(net, "dynamic_find_eval.in_flight_", n), lookups(w.dynamic_evals, n),
+                 per_request, n, "evaluation lookup (never inserts), every key present");
     Vs(&line, fixed_pull[n], kFindTarget, absl::StrCat(net, "fixed_pull at the same in_flight"));
     Emit(line);
   }
@@ -636,14 +839,15 @@ int Main() {
   if (absl::Status s = client->ListShards(ListShardsRequest(), &listed); !s.ok()) Die(s, "list");
   for (const DynamicShardStats& s : listed.dynamic_stats()) {
     if (s.shard() != "dyn") continue;
-    json line = Base("memory.dynamic_bytes_per_key", static_cast<double>(s.bytes()) / s.keys(),
-                     "bytes");
+    json line =
+        Base("memory.dynamic_bytes_per_key", static_cast<double>(s.bytes()) / s.keys(), "bytes");
     line["row_and_slots_bytes"] = 2 * kRowBytes;
     line["ratio"] = Round(static_cast<double>(s.bytes()) / s.keys() / (2 * kRowBytes));
     line["bound_ratio"] = 1.5;
     line["keys"] = s.keys();
-    line["detail"] = "the shard's records (24-byte header, row, accumulator), index and blocks' "
-                     "unused tail, per key held";
+    line["detail"] =
+        "the shard's records (24-byte header, row, accumulator), index and blocks' "
+        "unused tail, per key held";
     Emit(line);
   }
 
@@ -687,8 +891,9 @@ int Main() {
     line["dynamic_MB"] = Round(dyn_bytes / 1e6);
     line["fixed_MB"] = Round(fixed_bytes / 1e6);
     line["seconds"] = Round(secs, 2);
-    line["detail"] = "SaveShards of the ps: the fixed table and the dynamic one (its records sorted "
-                     "by routing hash), one SST file, synced";
+    line["detail"] =
+        "SaveShards of the ps: the fixed table and the dynamic one (its records sorted "
+        "by routing hash), one SST file, synced";
     Emit(line);
     RestoreShardsRequest restore;
     restore.set_restore_id(1);
@@ -707,12 +912,14 @@ int Main() {
     line = Base("checkpoint.dynamic_restore_MBps", restored.bytes() / rsecs / 1e6, "MB/s");
     line["keys_per_sec"] = Round(keys / rsecs / 1e6, 3);
     line["seconds"] = Round(rsecs, 2);
-    line["detail"] = "RestoreShards of the dynamic table into a fresh shard (every record read, "
-                     "checked, and inserted)";
+    line["detail"] =
+        "RestoreShards of the dynamic table into a fresh shard (every record read, "
+        "checked, and inserted)";
     Emit(line);
   }
   client.reset();
   (*server)->Shutdown();
+  MeasureTier(timing, dir);
   std::filesystem::remove_all(dir);
   return 0;
 }

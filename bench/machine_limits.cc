@@ -1,6 +1,7 @@
 #include "bench/machine_limits.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sched.h>
@@ -8,11 +9,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -243,6 +246,84 @@ int AvailableCpus() {
     return static_cast<int>(std::thread::hardware_concurrency());
   }
   return CPU_COUNT(&set);
+}
+
+}  // namespace pstrain
+
+namespace pstrain {
+
+absl::StatusOr<double> MeasureDiskRandomReadsPerSec(const LimitTiming& timing,
+                                                    const std::string& dir, int64_t file_bytes,
+                                                    int queue_depth) {
+  constexpr int64_t kBlock = 4096;
+  const int64_t blocks = std::max<int64_t>(1, file_bytes / kBlock);
+  const std::string path = dir + "/disk_limit.bin";
+  {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      return absl::UnavailableError(absl::StrCat("disk limit: open ", path, ": ", strerror(errno)));
+    }
+    std::vector<char> chunk(size_t{1} << 20, 'x');
+    for (int64_t written = 0; written < blocks * kBlock;) {
+      const ssize_t n = ::write(fd, chunk.data(),
+                                static_cast<size_t>(std::min<int64_t>(chunk.size(),
+                                                                      blocks * kBlock - written)));
+      if (n <= 0) {
+        ::close(fd);
+        ::unlink(path.c_str());
+        return absl::UnavailableError(absl::StrCat("disk limit: write ", path, ": ", strerror(errno)));
+      }
+      written += n;
+    }
+    ::fsync(fd);
+    ::close(fd);
+  }
+  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    ::unlink(path.c_str());
+    return absl::UnavailableError(
+        absl::StrCat("disk limit: open ", path, " with O_DIRECT: ", strerror(err)));
+  }
+  std::atomic<bool> timed{false}, stop{false};
+  std::atomic<int64_t> reads{0};
+  std::atomic<int> failed{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < queue_depth; ++t) {
+    threads.emplace_back([&, t] {
+      void* buffer = nullptr;
+      if (posix_memalign(&buffer, kBlock, kBlock) != 0) {
+        failed.store(ENOMEM);
+        return;
+      }
+      std::mt19937_64 rng(0x5eed + t);
+      int64_t mine = 0;
+      while (!stop.load(std::memory_order_relaxed)) {
+        const int64_t block = static_cast<int64_t>(rng() % static_cast<uint64_t>(blocks));
+        if (::pread(fd, buffer, kBlock, block * kBlock) != kBlock) {
+          failed.store(errno == 0 ? EIO : errno);
+          break;
+        }
+        if (timed.load(std::memory_order_relaxed)) ++mine;
+      }
+      reads.fetch_add(mine);
+      free(buffer);
+    });
+  }
+  absl::SleepFor(timing.warmup);
+  timed.store(true);
+  const absl::Time start = absl::Now();
+  absl::SleepFor(timing.duration);
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  stop.store(true);
+  for (std::thread& t : threads) t.join();
+  ::close(fd);
+  ::unlink(path.c_str());
+  if (failed.load() != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("disk limit: pread ", path, ": ", strerror(failed.load())));
+  }
+  return static_cast<double>(reads.load()) / seconds;
 }
 
 }  // namespace pstrain

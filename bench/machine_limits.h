@@ -62,6 +62,14 @@ double MeasureFirstTouchGBps(int64_t bytes = int64_t{1} << 30);
 absl::StatusOr<double> MeasureLoopbackTcpGBps(const LimitTiming& timing,
                                               int64_t write_bytes = int64_t{1} << 20);
 
+// Random 4 KiB reads of a file of `file_bytes` made in `dir` (written once, then read with
+// O_DIRECT, so the device answers, not the page cache), `queue_depth` reads in flight (one thread
+// each, pread). Returns reads/s. The file is removed. Errors: kUnavailable (the file can't be made
+// or read: the errno text; a file system without O_DIRECT says so).
+absl::StatusOr<double> MeasureDiskRandomReadsPerSec(const LimitTiming& timing,
+                                                    const std::string& dir, int64_t file_bytes,
+                                                    int queue_depth);
+
 // The kernel's transparent huge page mode, e.g. "madvise" (the bracketed word of
 // /sys/kernel/mm/transparent_hugepage/enabled), or "unknown".
 std::string TransparentHugePageMode();

@@ -1,11 +1,11 @@
 #include "ps/disk_tier.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "partitioners/key_routing.h"
 #include "rocksdb/cache.h"
 #include "rocksdb/db.h"
@@ -16,25 +16,33 @@
 namespace pstrain {
 namespace {
 
-// Keys as the routing hash's 4 big-endian bytes, then the key's 8 (as unsigned): RocksDB's byte
-// order is then the checkpoints' order.
-constexpr size_t kKeyBytes = 12;
-void EncodeKey(int64_t key, char* out) {
-  const uint32_t route = RoutingHash(key);
-  for (int i = 0; i < 4; ++i) out[i] = static_cast<char>(route >> (24 - 8 * i));
-  const uint64_t u = static_cast<uint64_t>(key);
-  for (int i = 0; i < 8; ++i) out[4 + i] = static_cast<char>(u >> (56 - 8 * i));
+// Keys as the tier's prefix (4 big-endian bytes), the routing hash's 4, then the key's 8 (as
+// unsigned): RocksDB's byte order is then the checkpoints' order within a tier.
+constexpr size_t kKeyBytes = 16;
+
+void PutBigEndian32(uint32_t v, char* out) {
+  for (int i = 0; i < 4; ++i) out[i] = static_cast<char>(v >> (24 - 8 * i));
 }
 
 int64_t DecodeKey(const char* p) {
   uint64_t u = 0;
-  for (int i = 4; i < 12; ++i) u = (u << 8) | static_cast<unsigned char>(p[i]);
+  for (int i = 8; i < 16; ++i) u = (u << 8) | static_cast<unsigned char>(p[i]);
   return static_cast<int64_t>(u);
+}
+
+absl::Status FromRocksStatus(const std::string& where, const rocksdb::Status& s) {
+  if (s.IsCorruption()) {
+    return absl::DataLossError(absl::StrCat(where, "a corrupt file: ", s.ToString()));
+  }
+  if (s.IsNoSpace() || s.IsIOError()) return absl::ResourceExhaustedError(where + s.ToString());
+  return absl::InternalError(where + s.ToString());
 }
 
 }  // namespace
 
-struct DiskTier::Db {
+// ---- The store.
+
+struct DiskStore::Db {
   std::shared_ptr<rocksdb::Cache> cache;
   rocksdb::Options options;
   std::unique_ptr<rocksdb::DB> db;
@@ -42,25 +50,20 @@ struct DiskTier::Db {
   rocksdb::ReadOptions read;
 };
 
-std::string DiskTierDirName(absl::string_view shard) {
-  std::string out;
-  for (char c : shard) {
-    const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                       c == '.' || c == '_' || c == '-';
-    if (plain && !(c == '.' && out.empty())) {
-      out.push_back(c);
-    } else {
-      absl::StrAppendFormat(&out, "%%%02X", static_cast<unsigned char>(c));
-    }
-  }
-  return out;
+DiskStoreOptions DiskStoreOptions::ForBudget(int64_t budget_bytes) const {
+  DiskStoreOptions o = *this;
+  if (budget_bytes <= 0) return o;
+  // A 32nd of the budget in all: two write buffers of a 128th each, a cache of a 64th.
+  o.write_buffer_bytes =
+      std::max<int64_t>(64 << 10, std::min(o.write_buffer_bytes, budget_bytes / 128));
+  o.cache_bytes = std::max<int64_t>(64 << 10, std::min(o.cache_bytes, budget_bytes / 64));
+  return o;
 }
 
-DiskTier::DiskTier(const DiskTierOptions& options, int64_t value_bytes, std::string who,
-                   MemoryBudget* budget)
-    : options_(options), value_bytes_(value_bytes), who_(std::move(who)), memory_(budget) {}
+DiskStore::DiskStore(const DiskStoreOptions& options, MemoryBudget* budget)
+    : options_(options), memory_(budget) {}
 
-DiskTier::~DiskTier() {
+DiskStore::~DiskStore() {
   if (db_ != nullptr && db_->db != nullptr) {
     db_->db->Close().PermitUncheckedError();  // going away: nothing to keep
     db_->db.reset();
@@ -69,33 +72,21 @@ DiskTier::~DiskTier() {
   std::filesystem::remove_all(options_.dir, ignored);
 }
 
-absl::Status DiskTier::FromRocks(absl::string_view what, const void* status) const {
-  const rocksdb::Status& s = *static_cast<const rocksdb::Status*>(status);
-  const std::string where = absl::StrCat(who_, ": ", what, " (disk tier ", options_.dir, "): ");
-  if (s.IsCorruption())
-    return absl::DataLossError(absl::StrCat(where, "a corrupt file: ", s.ToString()));
-  if (s.IsNoSpace() || s.IsIOError()) {
-    return absl::ResourceExhaustedError(absl::StrCat(where, s.ToString()));
-  }
-  return absl::InternalError(absl::StrCat(where, s.ToString()));
-}
-
-absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& options,
-                                                         int64_t value_bytes, std::string who,
-                                                         MemoryBudget* budget) {
+absl::StatusOr<std::shared_ptr<DiskStore>> DiskStore::Open(const DiskStoreOptions& options,
+                                                           MemoryBudget* budget,
+                                                           const std::string& who) {
   if (options.dir.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(who, ": a disk tier needs a directory"));
+    return absl::InvalidArgumentError(absl::StrCat(who, ": a disk store needs a directory"));
   }
-  if (value_bytes < 1 || options.max_bytes < 0 || options.write_buffer_bytes < (64 << 10) ||
-      options.cache_bytes < 0) {
+  if (options.write_buffer_bytes < (64 << 10) || options.cache_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        who, ": disk tier options out of range (value bytes ", value_bytes, ", max_bytes ",
-        options.max_bytes, ", write_buffer_bytes ", options.write_buffer_bytes,
+        who, ": disk store options out of range (write_buffer_bytes ", options.write_buffer_bytes,
         " (at least 64 KiB), cache_bytes ", options.cache_bytes, ")"));
   }
-  std::unique_ptr<DiskTier> tier(new DiskTier(options, value_bytes, who, budget));
+  std::shared_ptr<DiskStore> store(new DiskStore(options, budget));
   const int64_t memory = 2 * options.write_buffer_bytes + options.cache_bytes;
-  if (absl::Status s = tier->memory_.Add(memory, absl::StrCat(who, " (its disk tier's buffers)"));
+  if (absl::Status s =
+          store->memory_.Add(memory, absl::StrCat(who, " (its write buffers and cache)"));
       !s.ok()) {
     return s;
   }
@@ -103,11 +94,11 @@ absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& 
   std::filesystem::remove_all(options.dir, error);
   if (!error) std::filesystem::create_directories(options.dir, error);
   if (error) {
-    return absl::InternalError(absl::StrCat(who, ": can't make the disk tier's directory ",
+    return absl::InternalError(absl::StrCat(who, ": can't make the disk store's directory ",
                                             options.dir, ": ", error.message()));
   }
-  tier->db_ = std::make_unique<Db>();
-  Db& d = *tier->db_;
+  store->db_ = std::make_unique<Db>();
+  Db& d = *store->db_;
   rocksdb::BlockBasedTableOptions table;
   if (options.cache_bytes > 0) {
     d.cache = rocksdb::NewLRUCache(static_cast<size_t>(options.cache_bytes));
@@ -137,16 +128,78 @@ absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& 
   d.options.max_background_jobs = 2;
   d.options.level_compaction_dynamic_level_bytes = true;
   d.options.avoid_unnecessary_blocking_io = true;
+  d.options.use_direct_reads = options.direct_reads;
   if (options.env != nullptr) d.options.env = options.env;
   d.write.disableWAL = true;  // a cache of the checkpoint: nothing to recover after a crash
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(d.options, options.dir, &raw);
   if (!s.ok()) {
-    return absl::InternalError(
-        absl::StrCat(who, ": can't open the disk tier at ", options.dir, ": ", s.ToString()));
+    return absl::InternalError(absl::StrCat(who, ": can't open the disk store at ", options.dir,
+                                            ": ", s.ToString()));
   }
   d.db.reset(raw);
-  return tier;
+  return store;
+}
+
+int64_t DiskStore::FileBytes() const {
+  uint64_t files = 0;
+  if (!db_->db->GetIntProperty(rocksdb::DB::Properties::kTotalSstFilesSize, &files)) return 0;
+  return static_cast<int64_t>(files);
+}
+
+absl::Status DiskStore::Flush() {
+  rocksdb::Status s = db_->db->Flush(rocksdb::FlushOptions());
+  if (!s.ok()) {
+    return FromRocksStatus(absl::StrCat("flushing the disk store ", options_.dir, ": "), s);
+  }
+  return absl::OkStatus();
+}
+
+// ---- A shard's tier.
+
+DiskTier::DiskTier(std::shared_ptr<DiskStore> store, const DiskTierOptions& options,
+                   int64_t value_bytes, std::string who, uint32_t prefix)
+    : store_(std::move(store)),
+      options_(options),
+      value_bytes_(value_bytes),
+      who_(std::move(who)),
+      prefix_(prefix) {}
+
+DiskTier::~DiskTier() {
+  char begin[4], end[4];
+  PutBigEndian32(prefix_, begin);
+  PutBigEndian32(prefix_ + 1, end);
+  // The rows go with the tier; a failure leaves them until the store goes (a cache: nothing lost).
+  store_->db_->db
+      ->DeleteRange(store_->db_->write, store_->db_->db->DefaultColumnFamily(),
+                    rocksdb::Slice(begin, 4), rocksdb::Slice(end, 4))
+      .PermitUncheckedError();
+}
+
+absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(std::shared_ptr<DiskStore> store,
+                                                         const DiskTierOptions& options,
+                                                         int64_t value_bytes, std::string who) {
+  if (store == nullptr) return absl::InvalidArgumentError(absl::StrCat(who, ": no disk store"));
+  if (value_bytes < 1 || options.max_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": disk tier options out of range (value ",
+                                                   "bytes ", value_bytes, ", max_bytes ",
+                                                   options.max_bytes, ")"));
+  }
+  const uint32_t prefix = store->next_prefix_.fetch_add(1);
+  return std::unique_ptr<DiskTier>(
+      new DiskTier(std::move(store), options, value_bytes, std::move(who), prefix));
+}
+
+void DiskTier::EncodeKey(int64_t key, char* out) const {
+  PutBigEndian32(prefix_, out);
+  PutBigEndian32(RoutingHash(key), out + 4);
+  const uint64_t u = static_cast<uint64_t>(key);
+  for (int i = 0; i < 8; ++i) out[8 + i] = static_cast<char>(u >> (56 - 8 * i));
+}
+
+absl::Status DiskTier::FromRocks(absl::string_view what, const void* status) const {
+  const rocksdb::Status& s = *static_cast<const rocksdb::Status*>(status);
+  return FromRocksStatus(absl::StrCat(who_, ": ", what, " (disk tier in ", dir(), "): "), s);
 }
 
 absl::Status DiskTier::Read(const int64_t* keys, size_t n, char* values,
@@ -161,7 +214,7 @@ absl::Status DiskTier::Read(const int64_t* keys, size_t n, char* values,
   }
   std::vector<rocksdb::PinnableSlice> got(n);
   std::vector<rocksdb::Status> statuses(n);
-  db_->db->MultiGet(db_->read, db_->db->DefaultColumnFamily(), n, slices.data(), got.data(),
+  store_->db_->db->MultiGet(store_->db_->read, store_->db_->db->DefaultColumnFamily(), n, slices.data(), got.data(),
                     statuses.data());
   int64_t hits = 0;
   for (size_t i = 0; i < n; ++i) {
@@ -169,7 +222,7 @@ absl::Status DiskTier::Read(const int64_t* keys, size_t n, char* values,
     if (!statuses[i].ok()) return FromRocks("reading rows", &statuses[i]);
     if (static_cast<int64_t>(got[i].size()) != value_bytes_) {
       return absl::DataLossError(
-          absl::StrCat(who_, ": the disk tier at ", options_.dir, " holds a record of ",
+          absl::StrCat(who_, ": the disk tier at ", dir(), " holds a record of ",
                        got[i].size(), " bytes for key ", keys[i], ", expected ", value_bytes_));
     }
     std::memcpy(values + i * value_bytes_, got[i].data(), static_cast<size_t>(value_bytes_));
@@ -181,6 +234,7 @@ absl::Status DiskTier::Read(const int64_t* keys, size_t n, char* values,
   bytes_read_.fetch_add(hits * value_bytes_, std::memory_order_relaxed);
   return absl::OkStatus();
 }
+
 
 absl::StatusOr<bool> DiskTier::Has(int64_t key) {
   std::vector<char> value(static_cast<size_t>(value_bytes_));
@@ -198,7 +252,7 @@ absl::Status DiskTier::Write(const std::vector<int64_t>& put_keys, const char* p
     return absl::ResourceExhaustedError(
         absl::StrCat(who_, ": moving ", rows_delta, " more rows (", rows_delta * value_bytes_,
                      " bytes) to disk would pass its disk budget of ", options_.max_bytes,
-                     " bytes (", rows_now * value_bytes_, " in use, in ", options_.dir, ")"));
+                     " bytes (", rows_now * value_bytes_, " in use, in ", dir(), ")"));
   }
   rocksdb::WriteBatch batch;
   char key[kKeyBytes];
@@ -214,7 +268,7 @@ absl::Status DiskTier::Write(const std::vector<int64_t>& put_keys, const char* p
     rocksdb::Status s = batch.Delete(rocksdb::Slice(key, kKeyBytes));
     if (!s.ok()) return FromRocks("batching deletions", &s);
   }
-  rocksdb::Status s = db_->db->Write(db_->write, &batch);
+  rocksdb::Status s = store_->db_->db->Write(store_->db_->write, &batch);
   if (!s.ok()) return FromRocks("writing rows", &s);
   rows_.fetch_add(rows_delta, std::memory_order_relaxed);
   bytes_written_.fetch_add(static_cast<int64_t>(put_keys.size()) * value_bytes_,
@@ -222,47 +276,34 @@ absl::Status DiskTier::Write(const std::vector<int64_t>& put_keys, const char* p
   return absl::OkStatus();
 }
 
+
 absl::Status DiskTier::Scan(const int64_t* from_key,
                             const std::function<bool(int64_t, const char*)>& fn, int64_t* next,
                             bool* more) const {
   if (more != nullptr) *more = false;
-  rocksdb::ReadOptions read = db_->read;
-  read.fill_cache = false;  // a scan's blocks would push the point reads' out
-  std::unique_ptr<rocksdb::Iterator> it(db_->db->NewIterator(read));
-  char start[kKeyBytes];
-  if (from_key != nullptr) {
-    EncodeKey(*from_key, start);
-    it->Seek(rocksdb::Slice(start, kKeyBytes));
-  } else {
-    it->SeekToFirst();
-  }
+  std::unique_ptr<Reader> reader = NewReader(from_key);
   int64_t rows = 0;
-  for (; it->Valid(); it->Next()) {
-    if (it->key().size() != kKeyBytes || static_cast<int64_t>(it->value().size()) != value_bytes_) {
-      return BadEntry(it->key().size(), it->value().size());
-    }
-    const int64_t key = DecodeKey(it->key().data());
-    if (!fn(key, it->value().data())) {
-      if (next != nullptr) *next = key;
+  for (; reader->Valid(); reader->Next()) {
+    if (!fn(reader->key(), reader->value())) {
+      if (next != nullptr) *next = reader->key();
       if (more != nullptr) *more = true;
       break;
     }
     ++rows;
   }
-  bytes_read_.fetch_add(rows * value_bytes_, std::memory_order_relaxed);
-  rocksdb::Status s = it->status();
-  if (!s.ok()) return FromRocks("scanning rows", &s);
-  return absl::OkStatus();
+  return reader->status();
 }
 
 absl::Status DiskTier::BadEntry(size_t key_bytes, size_t value_bytes) const {
   return absl::DataLossError(absl::StrCat(
-      who_, ": the disk tier at ", options_.dir, " holds an entry of ", key_bytes,
-      " key bytes and ", value_bytes, " value bytes, expected ", kKeyBytes, " and ", value_bytes_));
+      who_, ": the disk tier in ", dir(), " holds an entry of ", key_bytes, " key bytes and ",
+      value_bytes, " value bytes, expected ", kKeyBytes, " and ", value_bytes_));
 }
 
 struct DiskTier::Reader::Impl {
   const DiskTier* tier;
+  char upper[4];  // the next tier's prefix: where this one's keys end
+  rocksdb::Slice upper_slice;
   std::unique_ptr<rocksdb::Iterator> it;
   absl::Status bad;  // an entry of the wrong size
   void Check() {
@@ -270,17 +311,18 @@ struct DiskTier::Reader::Impl {
                         static_cast<int64_t>(it->value().size()) != tier->value_bytes_)) {
       bad = tier->BadEntry(it->key().size(), it->value().size());
     }
+    if (Valid()) tier->bytes_read_.fetch_add(tier->value_bytes_, std::memory_order_relaxed);
   }
+  bool Valid() const { return bad.ok() && it->Valid(); }
 };
 
 DiskTier::Reader::Reader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 DiskTier::Reader::~Reader() = default;
-bool DiskTier::Reader::Valid() const { return impl_->bad.ok() && impl_->it->Valid(); }
+bool DiskTier::Reader::Valid() const { return impl_->Valid(); }
 int64_t DiskTier::Reader::key() const { return DecodeKey(impl_->it->key().data()); }
 const char* DiskTier::Reader::value() const { return impl_->it->value().data(); }
 void DiskTier::Reader::Next() {
   impl_->it->Next();
-  impl_->tier->bytes_read_.fetch_add(impl_->tier->value_bytes_, std::memory_order_relaxed);
   impl_->Check();
 }
 absl::Status DiskTier::Reader::status() const {
@@ -290,36 +332,37 @@ absl::Status DiskTier::Reader::status() const {
   return absl::OkStatus();
 }
 
-std::unique_ptr<DiskTier::Reader> DiskTier::NewReader() const {
+std::unique_ptr<DiskTier::Reader> DiskTier::NewReader(const int64_t* from_key) const {
   auto impl = std::make_unique<Reader::Impl>();
   impl->tier = this;
-  rocksdb::ReadOptions read = db_->read;
-  read.fill_cache = false;
-  impl->it.reset(db_->db->NewIterator(read));
-  impl->it->SeekToFirst();
+  PutBigEndian32(prefix_ + 1, impl->upper);
+  impl->upper_slice = rocksdb::Slice(impl->upper, 4);
+  rocksdb::ReadOptions read = store_->db_->read;
+  read.fill_cache = false;  // a scan's blocks would push the point reads' out
+  read.iterate_upper_bound = &impl->upper_slice;
+  impl->it.reset(store_->db_->db->NewIterator(read));
+  char start[kKeyBytes];
+  if (from_key != nullptr) {
+    EncodeKey(*from_key, start);
+    impl->it->Seek(rocksdb::Slice(start, kKeyBytes));
+  } else {
+    PutBigEndian32(prefix_, start);
+    impl->it->Seek(rocksdb::Slice(start, 4));
+  }
   impl->Check();
   return std::unique_ptr<Reader>(new Reader(std::move(impl)));
-}
-
-absl::Status DiskTier::Flush() {
-  rocksdb::Status s = db_->db->Flush(rocksdb::FlushOptions());
-  if (!s.ok()) return FromRocks("flushing", &s);
-  return absl::OkStatus();
 }
 
 DiskTierCounters DiskTier::Counters() const {
   DiskTierCounters c;
   c.rows = rows();
   c.bytes = c.rows * value_bytes_;
-  uint64_t files = 0;
-  if (db_->db->GetIntProperty(rocksdb::DB::Properties::kTotalSstFilesSize, &files)) {
-    c.file_bytes = static_cast<int64_t>(files);
-  }
+  c.file_bytes = store_->FileBytes();
   c.hits = hits_.load(std::memory_order_relaxed);
   c.misses = misses_.load(std::memory_order_relaxed);
   c.bytes_read = bytes_read_.load(std::memory_order_relaxed);
   c.bytes_written = bytes_written_.load(std::memory_order_relaxed);
-  c.memory_bytes = memory_.bytes();
+  c.memory_bytes = store_->memory_bytes();
   return c;
 }
 

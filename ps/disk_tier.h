@@ -1,9 +1,13 @@
-// The disk tier of a dynamic table shard (ps/dynamic_shard.h): the records that don't fit the
-// shard's RAM, in a RocksDB database on the ps's local disk, keyed by the table's key.
+// The disk tiers of a ps's dynamic table shards (ps/dynamic_shard.h): the records that don't fit
+// a shard's RAM, in one RocksDB database per ps on its local disk (a DiskStore), each shard's under
+// a prefix of its own (a DiskTier), keyed by the table's key. One database per ps, not per shard:
+// its write buffers and block cache are the ps's, whatever the number of tables, and a restore's
+// staged shards share them.
 //
-// The tier is a cache of the checkpoint, not a checkpoint: Open wipes its directory, the database
-// runs without a write-ahead log, and the directory is removed when the tier goes. What survives a
-// ps that dies is what its last checkpoint saved (the checkpoint reads both tiers).
+// The store is a cache of the checkpoint, not a checkpoint: Open wipes its directory, the database
+// runs without a write-ahead log, a tier's rows are deleted when the tier goes, and the directory
+// is removed when the store goes. What survives a ps that dies is what its last checkpoint saved
+// (the checkpoint reads both tiers).
 //
 // Records are kept in the checkpoints' order: by the key's routing hash (partitioners/
 // key_routing.h), then the key as unsigned, so a save streams the tier beside RAM's sorted records.
@@ -13,7 +17,8 @@
 // lookup's keys are read together (MultiGet), a batch of moved rows is one WriteBatch.
 //
 // Memory: the write buffers (2 x write_buffer_bytes) and the block cache (cache_bytes, which holds
-// the files' index and filter blocks too) are reserved in the ps's MemoryBudget at Open.
+// the files' index and filter blocks too) are reserved in the ps's MemoryBudget at Open (8 MiB by
+// default; ForBudget sizes them to a small budget).
 //
 // Errors name the shard and the directory: a write past max_bytes or one the disk refuses (full,
 // failing) is kResourceExhausted and writes nothing; a corrupt file is kDataLoss (RocksDB's message
@@ -41,43 +46,84 @@ class Env;
 
 namespace pstrain {
 
-struct DiskTierOptions {
-  // The tier's directory; wiped at Open, removed with the tier. Required.
+struct DiskStoreOptions {
+  // The store's directory; wiped at Open, removed with the store. Required.
   std::string dir;
-  // The most bytes of rows the tier may hold (record bytes x rows); 0: no limit.
-  int64_t max_bytes = 0;
   // RocksDB's memtable size (two are kept); 2 MiB.
   int64_t write_buffer_bytes = int64_t{2} << 20;
   // The block cache (data, index and filter blocks); 4 MiB.
   int64_t cache_bytes = int64_t{4} << 20;
-  // The environment RocksDB runs in (not owned); null: the default. Tests wrap it to inject faults.
+  // Reads with O_DIRECT, past the kernel's page cache (whose memory the budget doesn't count): for
+  // tables far larger than the machine's memory, and for honest benchmarks. Default false.
+  bool direct_reads = false;
+  // The environment RocksDB runs in (not owned); null: the default.
   rocksdb::Env* env = nullptr;
+
+  // These options with buffers sized to a ps whose memory budget is `budget_bytes` (0: none): at
+  // most 1/32nd of it in all, at least 192 KiB.
+  DiskStoreOptions ForBudget(int64_t budget_bytes) const;
+};
+
+// The ps's database. Thread-safe.
+class DiskStore {
+ public:
+  // Errors: kInvalidArgument (no directory, sizes out of range), kResourceExhausted (the memory
+  // budget, naming `who`), kInternal (the directory can't be made, RocksDB won't open).
+  static absl::StatusOr<std::shared_ptr<DiskStore>> Open(const DiskStoreOptions& options,
+                                                         MemoryBudget* budget,
+                                                         const std::string& who = "disk store");
+  ~DiskStore();
+  DiskStore(const DiskStore&) = delete;
+  DiskStore& operator=(const DiskStore&) = delete;
+
+  const std::string& dir() const { return options_.dir; }
+  int64_t memory_bytes() const { return memory_.bytes(); }
+  // The database's files (SST) on disk now.
+  int64_t FileBytes() const;
+  // Flushes the memtable into a file (tests, and a look at file sizes).
+  absl::Status Flush();
+
+ private:
+  friend class DiskTier;
+  struct Db;
+  DiskStore(const DiskStoreOptions& options, MemoryBudget* budget);
+
+  const DiskStoreOptions options_;
+  BudgetReservation memory_;
+  std::unique_ptr<Db> db_;
+  std::atomic<uint32_t> next_prefix_{1};
+};
+
+struct DiskTierOptions {
+  // The most bytes of rows the tier may hold (record bytes x rows); 0: no limit.
+  int64_t max_bytes = 0;
 };
 
 struct DiskTierCounters {
   int64_t rows = 0;           // rows held
   int64_t bytes = 0;          // rows x value bytes
-  int64_t file_bytes = 0;     // the database's files (SST) on disk now
+  int64_t file_bytes = 0;     // the store's files (SST) on disk now (every tier's)
   int64_t hits = 0;           // keys read and found
   int64_t misses = 0;         // keys read and not found
   int64_t bytes_read = 0;     // value bytes returned by reads (found keys)
   int64_t bytes_written = 0;  // value bytes written (rows moved to disk)
-  int64_t memory_bytes = 0;   // reserved in the budget (write buffers, cache)
+  int64_t memory_bytes = 0;   // the store's, reserved in the budget (write buffers, cache)
 };
 
 class DiskTier {
  public:
-  // Opens a fresh tier for records of `value_bytes` bytes. `who` names the shard in errors.
-  // Errors: kInvalidArgument (no directory, value_bytes < 1), kResourceExhausted (the memory
-  // budget), kInternal (the directory can't be made, RocksDB won't open).
-  static absl::StatusOr<std::unique_ptr<DiskTier>> Open(const DiskTierOptions& options,
-                                                        int64_t value_bytes, std::string who,
-                                                        MemoryBudget* budget);
+  // A fresh, empty tier in `store` for records of `value_bytes` bytes. `who` names the shard in
+  // errors. Errors: kInvalidArgument (no store, value_bytes < 1, max_bytes < 0).
+  static absl::StatusOr<std::unique_ptr<DiskTier>> Open(std::shared_ptr<DiskStore> store,
+                                                        const DiskTierOptions& options,
+                                                        int64_t value_bytes, std::string who);
+  // Deletes the tier's rows (one range deletion).
   ~DiskTier();
   DiskTier(const DiskTier&) = delete;
   DiskTier& operator=(const DiskTier&) = delete;
 
-  const std::string& dir() const { return options_.dir; }
+  const std::string& dir() const { return store_->dir(); }
+  DiskStore* store() const { return store_.get(); }
   int64_t value_bytes() const { return value_bytes_; }
   int64_t rows() const { return rows_.load(std::memory_order_relaxed); }
 
@@ -112,7 +158,8 @@ class DiskTier {
     explicit Reader(std::unique_ptr<Impl> impl);
     std::unique_ptr<Impl> impl_;
   };
-  std::unique_ptr<Reader> NewReader() const;
+  // From *from_key (inclusive; null: the first record).
+  std::unique_ptr<Reader> NewReader(const int64_t* from_key = nullptr) const;
 
   // Calls fn(key, record) for every record from *from_key (inclusive; null: the first) in the
   // tier's order, from one
@@ -121,30 +168,27 @@ class DiskTier {
   // Errors: as Read.
   absl::Status Scan(const int64_t* from_key, const std::function<bool(int64_t, const char*)>& fn,
                     int64_t* next = nullptr, bool* more = nullptr) const;
-  // Flushes the memtable into a file (tests, and a look at file sizes).
-  absl::Status Flush();
+  // The store's Flush.
+  absl::Status Flush() { return store_->Flush(); }
 
   DiskTierCounters Counters() const;
 
  private:
-  struct Db;
-  DiskTier(const DiskTierOptions& options, int64_t value_bytes, std::string who,
-           MemoryBudget* budget);
+  DiskTier(std::shared_ptr<DiskStore> store, const DiskTierOptions& options, int64_t value_bytes,
+           std::string who, uint32_t prefix);
+  void EncodeKey(int64_t key, char* out) const;
   absl::Status FromRocks(absl::string_view what, const void* status) const;
   absl::Status BadEntry(size_t key_bytes, size_t value_bytes) const;
 
+  const std::shared_ptr<DiskStore> store_;
   const DiskTierOptions options_;
   const int64_t value_bytes_;
   const std::string who_;
-  BudgetReservation memory_;
-  std::unique_ptr<Db> db_;
+  const uint32_t prefix_;
   std::atomic<int64_t> rows_{0};
   mutable std::atomic<int64_t> hits_{0}, misses_{0}, bytes_read_{0}, bytes_written_{0};
 };
 
-// The directory of a shard's tier under a ps's disk directory: the shard's name with every byte
-// other than [A-Za-z0-9._-] written as %XX.
-std::string DiskTierDirName(absl::string_view shard);
 
 }  // namespace pstrain
 

@@ -52,7 +52,7 @@ RecordLayout RecordLayout::For(int64_t floats, int64_t prefix_floats) {
   return layout;
 }
 
-absl::Status RecordTable::MakeRoom(int64_t new_keys, const std::string& who) {
+absl::Status RecordTable::MakeRoom(int64_t new_keys, const std::string& who, int64_t headroom) {
   if (new_keys <= 0) return absl::OkStatus();
   // Room promised to callers that insert later is kept for them.
   new_keys += promised_;
@@ -84,7 +84,7 @@ absl::Status RecordTable::MakeRoom(int64_t new_keys, const std::string& who) {
     have += records;
   }
   const int64_t index_bytes = grown != capacity ? grown * 8 : 0;
-  RETURN_IF_ERROR(reservation_.Add(block_bytes + index_bytes, who));
+  RETURN_IF_ERROR(reservation_.Add(block_bytes + index_bytes, who, headroom));
   for (int64_t bytes : block_sizes) {
     TableMemory block(static_cast<size_t>(bytes));
     if (block.data() == nullptr) {

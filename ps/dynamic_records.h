@@ -127,7 +127,9 @@ class RecordTable {
   // Makes room for `new_keys` more keys (records and index entries) beyond the room promised to
   // others (Promise), reserving the memory in the budget for `who` (a shard's name, for errors).
   // Errors: kResourceExhausted (the budget, the machine, or 2^32 - 2 records), nothing changed.
-  absl::Status MakeRoom(int64_t new_keys, const std::string& who);
+  // With `headroom`, the memory taken must leave that many bytes of the budget (a tiered shard
+  // would rather move keys to disk).
+  absl::Status MakeRoom(int64_t new_keys, const std::string& who, int64_t headroom = 0);
   // Room made for `keys` keys that a caller will insert later (while other callers' MakeRoom runs
   // in between) is kept for it; Unpromise gives it up, or marks it used.
   void Promise(int64_t keys) { promised_ += keys; }

@@ -82,9 +82,8 @@ std::string DynamicShard::Who() const {
   return absl::StrCat("dynamic table shard \"", name(), "\"");
 }
 
-absl::StatusOr<std::unique_ptr<DynamicShard>> DynamicShard::Create(const VariableShardDef& def,
-                                                                   MemoryBudget* budget,
-                                                                   const std::string& disk_dir) {
+absl::StatusOr<std::unique_ptr<DynamicShard>> DynamicShard::Create(
+    const VariableShardDef& def, MemoryBudget* budget, std::shared_ptr<DiskStore> disk) {
   const std::string who = absl::StrCat("dynamic table shard \"", def.name(), "\"");
   auto invalid = [&](absl::string_view why) {
     return absl::InvalidArgumentError(absl::StrCat(who, ": ", why));
@@ -127,14 +126,15 @@ absl::StatusOr<std::unique_ptr<DynamicShard>> DynamicShard::Create(const Variabl
   }
   if (!std::isfinite(d.default_value())) return invalid("default_value must be finite");
   if (d.disk_max_bytes() < 0) return invalid("disk_max_bytes must not be negative");
-  if (d.disk_tier() && disk_dir.empty()) {
-    return invalid("asks for a disk tier, but the ps has no disk directory");
+  if (d.disk_tier() && disk == nullptr) {
+    return invalid("asks for a disk tier, but the ps has no disk store");
   }
   if (absl::Status s = ValidateInitializer(def.initializer()); !s.ok()) {
     return invalid(s.message());
   }
 
   std::unique_ptr<DynamicShard> shard(new DynamicShard(def));
+  shard->budget_ = budget;
   shard->dim_ = d.dim();
   if (def.has_optimizer()) {
     absl::StatusOr<std::unique_ptr<Optimizer>> optimizer = Optimizer::Create(def.optimizer());
@@ -170,10 +170,9 @@ absl::StatusOr<std::unique_ptr<DynamicShard>> DynamicShard::Create(const Variabl
   RETURN_IF_ERROR(shard->admission_.Start(admission, budget, who));
   if (d.disk_tier()) {
     DiskTierOptions tier;
-    tier.dir = absl::StrCat(disk_dir, "/", DiskTierDirName(def.name()));
     tier.max_bytes = d.disk_max_bytes();
-    ASSIGN_OR_RETURN(shard->tier_,
-                     DiskTier::Open(tier, kHeaderBytes + shard->record_floats() * 4, who, budget));
+    ASSIGN_OR_RETURN(shard->tier_, DiskTier::Open(std::move(disk), tier,
+                                                  kHeaderBytes + shard->record_floats() * 4, who));
   }
   return shard;
 }
@@ -372,11 +371,14 @@ absl::Status DynamicShard::EnsureRoomLocked(const int64_t* need,
     RETURN_IF_ERROR(MoveToDiskLocked(
         ColdestLocked(-1, held - std::max<int64_t>(0, keep_keys), keep), ctx));
   }
+  const int64_t headroom = BudgetHeadroom();
   for (int i = 0; i < kStripes; ++i) {
     if (need[i] == 0) continue;
     Stripe& s = *stripes_[i];
     AssertHeld(s);
-    absl::Status room = s.table.MakeRoom(need[i], Who());
+    // New memory only while it leaves the budget's last eighth; else the stripe's coldest keys
+    // go to disk and their records are reused.
+    absl::Status room = s.table.MakeRoom(need[i], Who(), headroom);
     if (room.ok() || !absl::IsResourceExhausted(room)) {
       RETURN_IF_ERROR(room);
       continue;
@@ -384,7 +386,7 @@ absl::Status DynamicShard::EnsureRoomLocked(const int64_t* need,
     // The memory can't grow: the stripe's coldest sixteenth (at least what it needs) to disk.
     const std::vector<EvictionCandidate> victims =
         ColdestLocked(i, std::max(need[i], s.table.live() / 16), keep);
-    if (victims.empty()) return room;
+    // (Nothing to move: a stripe new to RAM may use the last eighth.)
     RETURN_IF_ERROR(MoveToDiskLocked(victims, ctx));
     RETURN_IF_ERROR(s.table.MakeRoom(need[i], Who()));
   }
@@ -489,6 +491,10 @@ absl::Status DynamicShard::FaultInLocked(const KeyBatch& batch,
   evicted_ttl_.fetch_add(static_cast<int64_t>(expired.size()), std::memory_order_relaxed);
   moved_to_ram_.fetch_add(moved, std::memory_order_relaxed);
   return absl::OkStatus();
+}
+
+int64_t DynamicShard::BudgetHeadroom() const {
+  return budget_ == nullptr ? 0 : budget_->limit() / 8;
 }
 
 absl::Status DynamicShard::SweepDiskIfDue(const DynamicOpContext& ctx) {
@@ -692,7 +698,9 @@ DynamicShard::Groups DynamicShard::ByStripe(const uint64_t* hashes, const int32_
 absl::Status DynamicShard::Insert(const KeyBatch& batch, const std::vector<int32_t>& missing,
                                   const InsertCall& call, const DynamicOpContext& ctx,
                                   ThreadPool* pool) {
-  const bool turns_away = (call.admission && admission_.on()) || capacity_ > 0;
+  // (With a disk tier, Choose counts the room exactly: FaultInLocked made that much.)
+  const bool turns_away =
+      (call.admission && admission_.on()) || capacity_ > 0 || tier_ != nullptr;
   if (tier_ != nullptr && !call.locked) {
     return absl::InternalError(
         absl::StrCat(Who(), ": an insert into a shard with a disk tier must hold every lock"));
@@ -1305,6 +1313,7 @@ DynamicShardStats DynamicShard::Stats() const {
   stats.set_step(clock_.step());
   if (tier_ != nullptr) {
     const DiskTierCounters c = tier_->Counters();
+    stats.set_disk_tier(true);
     stats.set_ram_keys(stats.keys() - c.rows);
     stats.set_disk_keys(c.rows);
     stats.set_disk_bytes(c.bytes);
@@ -1448,7 +1457,8 @@ absl::Status DynamicShard::PutRecord(const DynamicRecord& record) {
     // coldest sixteenth to disk.
     const bool full = tier_ != nullptr && capacity_ > 0 &&
                       s.table.live() >= std::max<int64_t>(1, capacity_ / kStripes);
-    absl::Status room = full ? absl::ResourceExhaustedError("") : s.table.MakeRoom(1, Who());
+    absl::Status room = full ? absl::ResourceExhaustedError("")
+                             : s.table.MakeRoom(1, Who(), tier_ == nullptr ? 0 : BudgetHeadroom());
     if (!room.ok() && tier_ != nullptr && absl::IsResourceExhausted(room)) {
       RETURN_IF_ERROR(MoveToDiskLocked(
           ColdestLocked(StripeOf(hash), std::max<int64_t>(1, s.table.live() / 16), {}),

@@ -146,13 +146,12 @@ class DynamicShard {
   static constexpr int kHeaderBytes = 24;
 
   // Validates `def` (dynamic set, dim > 0, float32, the admission and eviction parameters) and
-  // reserves the admission sketch. With def.dynamic().disk_tier, the shard's tier is opened in
-  // `disk_dir`/DiskTierDirName(name) (wiped first). Errors: kInvalidArgument naming the shard and
-  // the field (a disk tier without `disk_dir`); kResourceExhausted (the budget); kInternal (the
-  // tier won't open).
-  static absl::StatusOr<std::unique_ptr<DynamicShard>> Create(const VariableShardDef& def,
-                                                              MemoryBudget* budget,
-                                                              const std::string& disk_dir = "");
+  // reserves the admission sketch. With def.dynamic().disk_tier, the shard's tier is made in
+  // `disk` (the ps's store). Errors: kInvalidArgument naming the shard and the field (a disk tier
+  // without a store); kResourceExhausted (the budget).
+  static absl::StatusOr<std::unique_ptr<DynamicShard>> Create(
+      const VariableShardDef& def, MemoryBudget* budget,
+      std::shared_ptr<DiskStore> disk = nullptr);
   ~DynamicShard();
   DynamicShard(const DynamicShard&) = delete;
   DynamicShard& operator=(const DynamicShard&) = delete;
@@ -363,7 +362,8 @@ class DynamicShard {
                              bool promote, bool room_for_new, const DynamicOpContext& ctx,
                              char* out, std::vector<uint8_t>* found);
   // Room in RAM for need[i] more keys in stripe i, moving the coldest keys not in `keep` to disk:
-  // below the capacity, and out of each stripe whose memory can't grow.
+  // below the capacity, and out of each stripe that would need new memory past the budget's
+  // headroom (BudgetHeadroom).
   absl::Status EnsureRoomLocked(const int64_t* need, const absl::flat_hash_set<int64_t>& keep,
                                 const DynamicOpContext& ctx);
   // Up to `count` of the coldest keys not in `keep`, of stripe `stripe` (-1: every stripe), in
@@ -374,6 +374,11 @@ class DynamicShard {
   // (expired ones are erased). Errors: the tier's write (nothing moves).
   absl::Status MoveToDiskLocked(const std::vector<EvictionCandidate>& victims,
                                 const DynamicOpContext& ctx);
+  // The part of the ps's memory budget a shard with a tier leaves to others: it takes new memory
+  // only while that much stays free, and otherwise reuses its own records (moving its coldest
+  // keys to disk), so that the last eighth stays for the tables and stripes that have nothing to
+  // move yet.
+  int64_t BudgetHeadroom() const;
   // Drops the disk tier's expired keys if a sweep is due (every stripe locked by the caller).
   absl::Status SweepDiskIfDue(const DynamicOpContext& ctx);
   // Keys held in every stripe (every stripe locked).
@@ -394,6 +399,7 @@ class DynamicShard {
 
   std::vector<std::unique_ptr<Stripe>> stripes_;
   std::unique_ptr<DiskTier> tier_;
+  MemoryBudget* budget_ = nullptr;  // not owned; may be null
   absl::Mutex tier_sweep_mu_;
   int64_t tier_next_sweep_ ABSL_GUARDED_BY(tier_sweep_mu_) = 0;
   // Changed only with every stripe locked.

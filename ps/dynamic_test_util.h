@@ -39,8 +39,8 @@ inline VariableShardDef Def(OptimizerDef::Kind optimizer = OptimizerDef::ADAGRAD
 
 inline std::unique_ptr<DynamicShard> Make(const VariableShardDef& def,
                                           MemoryBudget* budget = nullptr,
-                                          const std::string& disk_dir = "") {
-  absl::StatusOr<std::unique_ptr<DynamicShard>> shard = DynamicShard::Create(def, budget, disk_dir);
+                                          std::shared_ptr<DiskStore> disk = nullptr) {
+  absl::StatusOr<std::unique_ptr<DynamicShard>> shard = DynamicShard::Create(def, budget, disk);
   EXPECT_TRUE(shard.ok()) << shard.status();
   return shard.ok() ? std::move(*shard) : nullptr;
 }

@@ -19,9 +19,10 @@ class MemoryBudget {
   // `limit_bytes` 0: no limit (reservations are still counted).
   explicit MemoryBudget(int64_t limit_bytes = 0) : limit_(limit_bytes) {}
 
-  // Reserves `bytes` for `what` (a table's name). Errors: kResourceExhausted naming `what`, the
-  // bytes asked for, the budget and what is already reserved; nothing is reserved then.
-  absl::Status Reserve(int64_t bytes, absl::string_view what);
+  // Reserves `bytes` for `what` (a table's name), leaving at least `headroom` bytes of the budget
+  // unreserved. Errors: kResourceExhausted naming `what`, the bytes asked for, the budget and what
+  // is already reserved; nothing is reserved then.
+  absl::Status Reserve(int64_t bytes, absl::string_view what, int64_t headroom = 0);
   void Release(int64_t bytes) { used_.fetch_sub(bytes, std::memory_order_relaxed); }
 
   int64_t limit() const { return limit_; }
@@ -55,10 +56,10 @@ class BudgetReservation {
   BudgetReservation(const BudgetReservation&) = delete;
   BudgetReservation& operator=(const BudgetReservation&) = delete;
 
-  // Reserves `bytes` more. Errors: as MemoryBudget::Reserve.
-  absl::Status Add(int64_t bytes, absl::string_view what) {
+  // Reserves `bytes` more (leaving `headroom`). Errors: as MemoryBudget::Reserve.
+  absl::Status Add(int64_t bytes, absl::string_view what, int64_t headroom = 0) {
     if (budget_ != nullptr && bytes > 0) {
-      absl::Status s = budget_->Reserve(bytes, what);
+      absl::Status s = budget_->Reserve(bytes, what, headroom);
       if (!s.ok()) return s;
     }
     bytes_ += bytes;

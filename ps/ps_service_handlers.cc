@@ -78,6 +78,9 @@ void PsServiceHandlers::ExportMetrics(MetricsRegistry* registry) {
     }
     struct Table {
       double keys = 0, bytes = 0, admitted = 0, rejected = 0, ttl = 0, capacity = 0, erased = 0;
+      bool tiered = false;  // a disk tier: the tier's figures below
+      double ram_keys = 0, disk_keys = 0, disk_bytes = 0, disk_file_bytes = 0, hits = 0,
+             misses = 0, read = 0, written = 0, to_disk = 0, to_ram = 0;
     };
     std::map<std::string, Table> tables;
     for (const DynamicShardStats& s : store_.DynamicStats()) {
@@ -90,6 +93,17 @@ void PsServiceHandlers::ExportMetrics(MetricsRegistry* registry) {
       t.ttl += s.evicted_ttl();
       t.capacity += s.evicted_capacity();
       t.erased += s.erased();
+      t.tiered = t.tiered || s.disk_tier();
+      t.ram_keys += s.ram_keys();
+      t.disk_keys += s.disk_keys();
+      t.disk_bytes += s.disk_bytes();
+      t.disk_file_bytes += s.disk_file_bytes();
+      t.hits += s.disk_hits();
+      t.misses += s.disk_misses();
+      t.read += s.disk_bytes_read();
+      t.written += s.disk_bytes_written();
+      t.to_disk += s.moved_to_disk();
+      t.to_ram += s.moved_to_ram();
     }
     for (const auto& [variable, t] : tables) bytes[variable] += t.bytes;
     for (const auto& [variable, b] : bytes) {
@@ -109,6 +123,28 @@ void PsServiceHandlers::ExportMetrics(MetricsRegistry* registry) {
       out.AddCounter("pstrain_ps_table_evicted_total", "Keys evicted, by reason.",
                      {{"variable", variable}, {"reason", "capacity"}}, t.capacity);
       out.AddCounter("pstrain_ps_table_erased_total", "Keys erased by ERASE updates.", v, t.erased);
+      if (!t.tiered) continue;
+      out.AddGauge("pstrain_ps_table_tier_keys", "Keys of a dynamic table in each tier.",
+                   {{"variable", variable}, {"tier", "ram"}}, t.ram_keys);
+      out.AddGauge("pstrain_ps_table_tier_keys", "Keys of a dynamic table in each tier.",
+                   {{"variable", variable}, {"tier", "disk"}}, t.disk_keys);
+      out.AddGauge("pstrain_ps_table_disk_bytes", "Bytes of a dynamic table's records on disk.", v,
+                   t.disk_bytes);
+      out.AddGauge("pstrain_ps_table_disk_file_bytes",
+                   "Bytes of a dynamic table's disk tier files (RocksDB SST).", v,
+                   t.disk_file_bytes);
+      out.AddCounter("pstrain_ps_table_disk_hits_total",
+                     "Keys RAM lacked that the disk tier held.", v, t.hits);
+      out.AddCounter("pstrain_ps_table_disk_misses_total",
+                     "Keys RAM lacked that the disk tier did not hold either.", v, t.misses);
+      out.AddCounter("pstrain_ps_table_disk_read_bytes_total", "Record bytes read from disk.", v,
+                     t.read);
+      out.AddCounter("pstrain_ps_table_disk_written_bytes_total", "Record bytes written to disk.",
+                     v, t.written);
+      out.AddCounter("pstrain_ps_table_moved_total", "Keys moved between tiers.",
+                     {{"variable", variable}, {"to", "disk"}}, t.to_disk);
+      out.AddCounter("pstrain_ps_table_moved_total", "Keys moved between tiers.",
+                     {{"variable", variable}, {"to", "ram"}}, t.to_ram);
     }
     // Gradient staleness per fixed shard (ps/staleness.h), as a Prometheus summary: quantiles,
     // mean, and how many gradients it covers.

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -65,8 +66,9 @@ VariableStore::OwnedDir::~OwnedDir() {
   std::filesystem::remove_all(path, ignored);
 }
 
-absl::StatusOr<std::string> VariableStore::TierDir() {
+absl::StatusOr<std::shared_ptr<DiskStore>> VariableStore::TierStore() {
   absl::MutexLock lock(&tier_mu_);
+  if (tier_store_ != nullptr) return tier_store_;
   if (tier_root_.path.empty()) {
     std::string base = disk_dir_;
     if (base.empty()) {
@@ -83,16 +85,18 @@ absl::StatusOr<std::string> VariableStore::TierDir() {
     for (const auto& entry : std::filesystem::directory_iterator(base, error)) {
       const std::string name = entry.path().filename().string();
       int pid = 0;
-      if (!absl::StartsWith(name, "pstrain-tiers-") ||
-          !absl::SimpleAtoi(name.substr(strlen("pstrain-tiers-")), &pid) || pid <= 0) {
-        continue;
-      }
+      if (!absl::StartsWith(name, "pstrain-tiers-")) continue;
+      const std::string rest = name.substr(strlen("pstrain-tiers-"));
+      if (!absl::SimpleAtoi(rest.substr(0, rest.find('-')), &pid) || pid <= 0) continue;
       if (::kill(pid, 0) != 0 && errno == ESRCH) {
         std::error_code ignored;
         std::filesystem::remove_all(entry.path(), ignored);
       }
     }
-    const std::string root = absl::StrCat(base, "/pstrain-tiers-", ::getpid());
+    // Stores in one process (an in-process cluster's ps tasks) each have their own.
+    static std::atomic<int64_t> stores{0};
+    const std::string root =
+        absl::StrCat(base, "/pstrain-tiers-", ::getpid(), "-", stores.fetch_add(1));
     std::filesystem::remove_all(root, error);
     std::filesystem::create_directories(root, error);
     if (!error) tier_root_.path = root;
@@ -101,7 +105,11 @@ absl::StatusOr<std::string> VariableStore::TierDir() {
           absl::StrCat("can't make the ps's tier directory ", root, ": ", error.message()));
     }
   }
-  return absl::StrCat(tier_root_.path, "/", tier_dirs_++);
+  DiskStoreOptions options;
+  options.dir = tier_root_.path + "/store";
+  ASSIGN_OR_RETURN(tier_store_,
+                   DiskStore::Open(options.ForBudget(budget_.limit()), &budget_, "the ps's disk store"));
+  return tier_store_;
 }
 
 VariableStore::VariableStore(int data_threads, int64_t memory_budget_bytes, std::string disk_dir)
@@ -144,11 +152,11 @@ absl::StatusOr<std::vector<bool>> VariableStore::CreateShards(
   for (size_t i = 0; i < defs.size(); ++i) {
     if (Find(defs[i].name()) != nullptr || FindDynamic(defs[i].name()) != nullptr) continue;
     if (defs[i].has_dynamic()) {
-      std::string tier_dir;
+      std::shared_ptr<DiskStore> disk;
       if (defs[i].dynamic().disk_tier()) {
-        ASSIGN_OR_RETURN(tier_dir, TierDir());
+        ASSIGN_OR_RETURN(disk, TierStore());
       }
-      ASSIGN_OR_RETURN(built_dynamic[i], DynamicShard::Create(defs[i], &budget_, tier_dir));
+      ASSIGN_OR_RETURN(built_dynamic[i], DynamicShard::Create(defs[i], &budget_, disk));
     } else {
       ASSIGN_OR_RETURN(built[i], VariableShard::Create(defs[i], /*initialize=*/true, &budget_));
     }
@@ -682,12 +690,12 @@ absl::StatusOr<RestoreShardsResponse> VariableStore::RestoreShards(
       ASSIGN_OR_RETURN(bytes, reader.ReadInto(request.ops(i), fresh.get()));
       staged.push_back(std::move(fresh));
     } else {
-      std::string tier_dir;
+      std::shared_ptr<DiskStore> disk;
       if (live[i].dynamic->def().dynamic().disk_tier()) {
-        ASSIGN_OR_RETURN(tier_dir, TierDir());
+        ASSIGN_OR_RETURN(disk, TierStore());
       }
       ASSIGN_OR_RETURN(std::unique_ptr<DynamicShard> fresh,
-                       DynamicShard::Create(live[i].dynamic->def(), &budget_, tier_dir));
+                       DynamicShard::Create(live[i].dynamic->def(), &budget_, disk));
       ASSIGN_OR_RETURN(bytes, reader.ReadDynamicInto(request.ops(i), fresh.get()));
       staged_dynamic.push_back(std::move(fresh));
     }

@@ -32,7 +32,7 @@ class VariableStore {
   // core while the others are idle; 0: none.
   // `memory_budget_bytes`: the ps's memory budget (0: none), see ps/memory_budget.h.
   // `disk_dir`: where dynamic tables' disk tiers go (ps/disk_tier.h): this store's tiers live in
-  // its subdirectory pstrain-tiers-<pid>, made when a table first asks for a tier and removed with
+  // its subdirectory pstrain-tiers-<pid>-<n>, made when a table first asks for a tier and removed with
   // the store (and, at that moment, those of processes no longer running); empty: under $TMPDIR
   // (or /tmp).
   explicit VariableStore(int data_threads = -1, int64_t memory_budget_bytes = 0,
@@ -166,9 +166,9 @@ class VariableStore {
   std::unique_ptr<ThreadPool> pool_;  // null: no helper threads
   MemoryBudget budget_;
   // Below: the disk tiers' directory.
-  // The directory each new shard's tier goes under (made on first use; a restore's staged
-  // shards get their own, so that they never share a live shard's tier).
-  absl::StatusOr<std::string> TierDir();
+  // The ps's disk store (ps/disk_tier.h), opened on first use in the tiers' directory, its buffers
+  // sized to the budget (a restore's staged shards share it, under tiers of their own).
+  absl::StatusOr<std::shared_ptr<DiskStore>> TierStore();
   const std::string disk_dir_;
   // A directory removed when it goes: declared before the shards, so it goes after them (their
   // tiers closed).
@@ -180,8 +180,8 @@ class VariableStore {
     ~OwnedDir();
   };
   absl::Mutex tier_mu_;
-  OwnedDir tier_root_ ABSL_GUARDED_BY(tier_mu_);  // made: pstrain-tiers-<pid>
-  int64_t tier_dirs_ ABSL_GUARDED_BY(tier_mu_) = 0;
+  OwnedDir tier_root_ ABSL_GUARDED_BY(tier_mu_);  // made: pstrain-tiers-<pid>-<n>
+  std::shared_ptr<DiskStore> tier_store_ ABSL_GUARDED_BY(tier_mu_);
   int64_t max_ids_per_request_ = 0;  // 0: no limit
 
   // Updates and training lookups of dynamic tables hold it shared; a save or a restore's swap

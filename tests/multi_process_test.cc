@@ -2,6 +2,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -281,6 +282,138 @@ TEST_F(MultiProcessTest, TabularDealtSplits_WorkersKilled_EveryRowTrainedRepeats
               static_cast<long long>(seen.size()), static_cast<long long>(twice));
   for (int i : {0, 1, 2, 3}) servers[i]->Signal(SIGTERM);
   for (int i : {0, 1, 2, 3}) EXPECT_TRUE(servers[i]->Wait(kWait).ok());
+}
+
+// A number after "key": in the coordinator's summary line.
+double SummaryValue(const std::string& out, const std::string& key) {
+  const size_t at = out.find("\"" + key + "\":");
+  if (at == std::string::npos) return -1;
+  return std::strtod(out.c_str() + at + key.size() + 3, nullptr);
+}
+
+// A process's peak resident memory (VmHWM) in bytes, or -1.
+int64_t PeakRss(pid_t pid) {
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  }
+  return -1;
+}
+
+// Tables 8x the ps tasks' memory budget, with disk tiers (--disk_tier), as separate processes; ps
+// 1 is SIGKILLed mid-training and started again (its tier is a cache: the shards come back from
+// the latest checkpoint). The job finishes with the test AUC of the same job all in RAM, and the
+// ps tasks leave no tier files behind.
+TEST_F(MultiProcessTest, TabularDiskTier_PsKilledAndRestarted_FinishesWithTheCleanRunsQuality) {
+  // A click log: users drawn log-uniformly from a million (a head of frequent ones, a long tail),
+  // ads from 300; the click's chance set by the user, the ad and a count.
+  const std::string data = tmp_ + "/tier.csv";
+  {
+    std::ofstream out(data);
+    out << "user,ad,count,clicked\n";
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<double> unit(0, 1);
+    for (int i = 0; i < 200000; ++i) {
+      const int64_t user = static_cast<int64_t>(std::exp(unit(rng) * std::log(1e6)));
+      const int ad = static_cast<int>(rng() % 300), count = static_cast<int>(rng() % 50);
+      const double p = 0.05 + 0.3 * (user % 3 == 0) + 0.25 * (ad % 4 == 0) + 0.006 * count;
+      out << "u" << user << ",a" << ad << "," << count << "," << (unit(rng) < p ? 1 : 0) << "\n";
+    }
+  }
+  const std::string feature_spec = tmp_ + "/tier_spec.json";
+  std::ofstream(feature_spec) << R"({"label": {"column": "clicked"},
+    "features": [{"name": "user", "column": "user"}, {"name": "ad", "column": "ad"},
+                 {"name": "count", "type": "numeric", "column": "count"}],
+    "split": {"test_fraction": 0.1},
+    "model": {"type": "wide_and_deep", "embedding_dim": 8, "hidden": [8]}})";
+  const std::vector<std::string> job = {"--model=tabular", "--data=" + data,
+                                        "--feature_spec=" + feature_spec, "--epochs=1",
+                                        "--batch_size=128", "--validation_fraction=0", "--logdir=",
+                                        "--restore=none"};
+  // The same job all in RAM, in one process.
+  std::vector<std::string> clean_argv = {coordinator_bin_,
+                                         "--cluster_spec=in_process:workers=2,ps=2",
+                                         "--checkpoint_dir="};
+  clean_argv.insert(clean_argv.end(), job.begin(), job.end());
+  std::unique_ptr<Subprocess> clean = Spawn("t_clean", clean_argv);
+  absl::StatusOr<int> clean_code = clean->Wait(absl::Seconds(240));
+  ASSERT_TRUE(clean_code.ok() && *clean_code == 0) << clean->Stderr();
+  const double clean_auc = SummaryValue(clean->Stdout(), "test_auc");
+  ASSERT_GT(clean_auc, 0.6) << clean->Stdout();
+
+  // About 65K users, each in 3 tables (wide and baseline rows of 1 float, embedding rows of 8,
+  // with Adagrad's slots: 152 bytes of records, and the index) make ~5.5 MiB of tables per ps,
+  // against a budget of 0.7 MiB (the disk store's buffers included).
+  const int64_t budget = 700 << 10;
+  auto ps = [&](int i, const std::string& name) {
+    return Spawn(name, {ps_bin_, "--cluster_spec=" + spec_path_, absl::StrCat("--task=ps:", i),
+                        "--checkpoint_root=" + tmp_, absl::StrCat("--memory_budget=", budget),
+                        absl::StrCat("--disk_dir=", tmp_, "/disk", i)});
+  };
+  std::vector<std::unique_ptr<Subprocess>> servers;
+  servers.push_back(ps(0, "t_ps0"));
+  servers.push_back(ps(1, "t_ps1"));
+  for (int i = 0; i < 2; ++i) {
+    servers.push_back(Spawn(absl::StrCat("t_worker", i),
+                            {worker_bin_, "--cluster_spec=" + spec_path_,
+                             absl::StrCat("--task=worker:", i)}));
+  }
+  for (auto& s : servers) ASSERT_TRUE(s->WaitForStdout("READY", kWait).ok()) << s->Stderr();
+  const int64_t idle_rss = PeakRss(servers[0]->pid());
+  const std::string ckpt = tmp_ + "/tier_ckpt";
+  std::vector<std::string> argv = {coordinator_bin_, "--cluster_spec=" + spec_path_,
+                                   "--disk_tier", "--checkpoint_dir=" + ckpt,
+                                   "--checkpoint_every_steps=40"};
+  argv.insert(argv.end(), job.begin(), job.end());
+  std::unique_ptr<Subprocess> coordinator = Spawn("t_coordinator", argv);
+  // Once a checkpoint is written, ps 1 dies and comes back empty.
+  const absl::Time deadline = absl::Now() + absl::Seconds(120);
+  auto has_checkpoint = [&] {
+    std::error_code ec;
+    if (!std::filesystem::exists(ckpt, ec)) return false;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(ckpt, ec)) {
+      if (e.path().extension() == ".sst") return true;
+    }
+    return false;
+  };
+  while (!has_checkpoint() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(50));
+  ASSERT_TRUE(has_checkpoint()) << coordinator->Stderr();
+  absl::SleepFor(absl::Milliseconds(500));
+  const int64_t before_kill_rss = PeakRss(servers[1]->pid());
+  servers[1]->Signal(SIGKILL);
+  ASSERT_TRUE(servers[1]->Wait(kWait).ok());
+  servers[1] = ps(1, "t_ps1_again");
+  ASSERT_TRUE(servers[1]->WaitForStdout("READY", kWait).ok()) << servers[1]->Stderr();
+  absl::StatusOr<int> code = coordinator->Wait(absl::Seconds(300));
+  ASSERT_TRUE(code.ok()) << code.status() << coordinator->Stderr();
+  ASSERT_EQ(*code, 0) << coordinator->Stdout() << coordinator->Stderr();
+  const double auc = SummaryValue(coordinator->Stdout(), "test_auc");
+  std::printf("test AUC: all in RAM %.4f, tiers with ps 1 killed %.4f\n", clean_auc, auc);
+  EXPECT_NEAR(auc, clean_auc, 0.01) << coordinator->Stdout();
+  EXPECT_THAT(coordinator->Stderr(), HasSubstr("ps:1"));
+  // Most keys were on disk at the end.
+  EXPECT_GT(SummaryValue(coordinator->Stdout(), "disk_keys"), 40000) << coordinator->Stdout();
+  // Peak memory, for the record: at this size a ps's serving path (~35 MiB above idle, the same
+  // without a tier) outweighs its tables; ps/dynamic_tier_test measures a tier's own growth.
+  const int64_t peaks[2] = {PeakRss(servers[0]->pid()),
+                            std::max(before_kill_rss, PeakRss(servers[1]->pid()))};
+  for (int i = 0; i < 2; ++i) {
+    std::printf("ps %d: peak RSS %.1f MiB, idle %.1f MiB, budget %.1f MiB\n", i,
+                peaks[i] / 1048576.0, idle_rss / 1048576.0, budget / 1048576.0);
+  }
+  // The tiers held rows on disk: their directories are gone with the ps tasks that stop.
+  for (int i = 0; i < 4; ++i) servers[i]->Signal(SIGTERM);
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(servers[i]->Wait(kWait).ok());
+  for (int i = 0; i < 2; ++i) {
+    std::error_code ec;
+    int left = 0;
+    for (const auto& e : std::filesystem::directory_iterator(tmp_ + "/disk" + std::to_string(i), ec)) {
+      (void)e;
+      ++left;
+    }
+    EXPECT_EQ(left, 0) << "ps " << i << "'s tier directory left behind";
+  }
 }
 
 // A task that dies of a fault says so in its log, with a symbolized stack trace, and still dies of

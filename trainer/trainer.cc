@@ -72,6 +72,17 @@ std::string TrainResult::ToJson() const {
                          {"evicted_ttl", t.evicted_ttl()},
                          {"evicted_capacity", t.evicted_capacity()},
                          {"erased", t.erased()}};
+    if (t.disk_tier()) {
+      // Keys in each tier, and the moves between them (bytes: RAM's, with the disk store's
+      // buffers; disk_bytes: the records on disk).
+      nlohmann::json& j_table = j["dynamic_tables"][name];
+      j_table["ram_keys"] = t.ram_keys();
+      j_table["disk_keys"] = t.disk_keys();
+      j_table["disk_bytes"] = t.disk_bytes();
+      j_table["keys_read_from_disk"] = t.disk_hits();
+      j_table["moved_to_disk"] = t.moved_to_disk();
+      j_table["moved_to_ram"] = t.moved_to_ram();
+    }
   }
   return j.dump();
 }
@@ -518,6 +529,13 @@ class TrainingLoop {
         sum.set_evicted_capacity(sum.evicted_capacity() + s.evicted_capacity());
         sum.set_erased(sum.erased() + s.erased());
         sum.set_dropped_gradients(sum.dropped_gradients() + s.dropped_gradients());
+        sum.set_disk_tier(sum.disk_tier() || s.disk_tier());
+        sum.set_ram_keys(sum.ram_keys() + s.ram_keys());
+        sum.set_disk_keys(sum.disk_keys() + s.disk_keys());
+        sum.set_disk_bytes(sum.disk_bytes() + s.disk_bytes());
+        sum.set_disk_hits(sum.disk_hits() + s.disk_hits());
+        sum.set_moved_to_disk(sum.moved_to_disk() + s.moved_to_disk());
+        sum.set_moved_to_ram(sum.moved_to_ram() + s.moved_to_ram());
       }
     }
     return absl::OkStatus();
