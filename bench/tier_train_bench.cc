@@ -23,7 +23,6 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -52,7 +51,7 @@ struct Run {
   double auc = 0, examples_per_s = 0, seconds = 0;
   // Summed over the ps tasks; the largest of each ps's.
   int64_t keys = 0, ram_keys = 0, disk_keys = 0, disk_bytes = 0, disk_hits = 0, moved_to_ram = 0;
-  int64_t most_table_bytes = 0, most_fixed_bytes = 0, most_tables = 0, most_budget_used = 0;
+  int64_t most_table_bytes = 0, most_fixed_bytes = 0, most_tables = 0;
 };
 
 absl::StatusOr<Run> TrainOnce(const ModelOptions& mo, int64_t budget_bytes, bool tier) {
@@ -101,14 +100,6 @@ absl::StatusOr<Run> TrainOnce(const ModelOptions& mo, int64_t budget_bytes, bool
     run.most_fixed_bytes = std::max(run.most_fixed_bytes, fixed_bytes);
     run.most_tables = std::max<int64_t>(run.most_tables, listed.dynamic_stats_size());
   }
-  const std::string metrics = cluster->RenderMetrics();
-  for (absl::string_view line : absl::StrSplit(metrics, '\n')) {
-    if (!absl::StartsWith(line, "pstrain_ps_memory_budget_used_bytes")) continue;
-    double used = 0;
-    if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &used)) {
-      run.most_budget_used = std::max(run.most_budget_used, static_cast<int64_t>(used));
-    }
-  }
   return run;
 }
 
@@ -122,8 +113,7 @@ nlohmann::json Line(const std::string& name, const Run& r) {
           {"disk_keys", r.disk_keys},
           {"disk_bytes", r.disk_bytes},
           {"keys_read_from_disk", r.disk_hits},
-          {"table_bytes_in_ram_most_ps", r.most_table_bytes},
-          {"budget_used_most_ps", r.most_budget_used}};
+          {"table_bytes_in_ram_most_ps", r.most_table_bytes}};
 }
 
 int Main() {
@@ -157,7 +147,7 @@ int Main() {
     eps["all_in_ram"].push_back(ram->examples_per_s);
     for (int k : ratios) {
       // The budget: 1/k of the largest ps's tables, plus its fixed variables and 1 MiB (the disk
-      // store's buffers come out of it: a 32nd, ps/disk_tier.h).
+      // store's buffers come out of it: a quarter, ps/disk_tier.h).
       const int64_t budget = ram->most_table_bytes / k + ram->most_fixed_bytes + (1 << 20);
       const std::string name = absl::StrCat("tier_", k, "x");
       absl::StatusOr<Run> tiered = TrainOnce(mo, budget, true);

@@ -60,7 +60,7 @@ struct DiskStoreOptions {
   rocksdb::Env* env = nullptr;
 
   // These options with buffers sized to a ps whose memory budget is `budget_bytes` (0: none): at
-  // most 1/32nd of it in all, at least 192 KiB.
+  // most a quarter of it in all (write buffers of a 16th, a cache of an eighth), at least 192 KiB.
   DiskStoreOptions ForBudget(int64_t budget_bytes) const;
 };
 

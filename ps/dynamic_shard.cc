@@ -1295,7 +1295,6 @@ int64_t DynamicShard::BytesHeld() const {
     absl::MutexLock lock(&s.mu);
     bytes += s.table.reserved_bytes() + s.erased.bytes() + s.table.free_list_bytes();
   }
-  if (tier_ != nullptr) bytes += tier_->Counters().memory_bytes;
   return bytes;
 }
 

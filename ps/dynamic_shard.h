@@ -226,7 +226,7 @@ class DynamicShard {
   static int StripeOfKey(int64_t key);
   // Keys held, in both tiers (expired keys not counted in RAM; on disk, until the next sweep).
   int64_t Size() const;
-  // Bytes held: records' blocks, indexes, tombstones, the sketch.
+  // Bytes held in RAM: records' blocks, indexes, tombstones, the sketch (not the ps's disk store).
   int64_t BytesHeld() const;
   // Gradients applied so far (Adam's t).
   int64_t apply_count() const { return apply_count_.load(); }

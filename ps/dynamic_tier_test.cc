@@ -157,8 +157,8 @@ int64_t ResidentBytes() {
 TEST(DynamicTierTest, MemoryBudget_RowsPastItMoveToDiskAndTheBudgetHolds) {
   VariableShardDef def = Def();
   def.mutable_dynamic()->set_disk_tier(true);
-  // 4 MiB (the store's buffers take a 32nd) against 400,000 keys of 56-byte records (22 MB, and
-  // the index): about a sixth in RAM.
+  // 4 MiB (the store's buffers take a quarter) against 400,000 keys of 56-byte records (22 MB, and
+  // the index): about an eighth in RAM.
   MemoryBudget budget((int64_t{4} << 20));
   std::unique_ptr<DynamicShard> tiered = Make(def, &budget, Store(FreshTempDir("budget"), &budget));
   ASSERT_NE(tiered, nullptr);

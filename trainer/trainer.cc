@@ -73,8 +73,8 @@ std::string TrainResult::ToJson() const {
                          {"evicted_capacity", t.evicted_capacity()},
                          {"erased", t.erased()}};
     if (t.disk_tier()) {
-      // Keys in each tier, and the moves between them (bytes: RAM's, with the disk store's
-      // buffers; disk_bytes: the records on disk).
+      // Keys in each tier, and the moves between them (bytes: RAM's; disk_bytes: the records on
+      // disk).
       nlohmann::json& j_table = j["dynamic_tables"][name];
       j_table["ram_keys"] = t.ram_keys();
       j_table["disk_keys"] = t.disk_keys();
