@@ -1010,8 +1010,9 @@ absl::Status DynamicShard::Erase(const KeyBatch& batch, const DynamicOpContext& 
                });
     erased_.fetch_add(count, std::memory_order_relaxed);
   });
-  if (tier_ == nullptr || tier_->rows() == 0) return absl::OkStatus();
-  // Keys on disk: every stripe locked, as for any move between tiers.
+  if (tier_ == nullptr) return absl::OkStatus();
+  // Keys on disk: every stripe locked, as for any move between tiers (a key this walk missed may
+  // have moved to disk meanwhile).
   LockAll();
   std::vector<int64_t> keys;
   std::vector<int> stripe_of;
