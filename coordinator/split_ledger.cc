@@ -335,18 +335,26 @@ absl::Status SplitLedger::Restore(const std::string& state) {
       !j.value("partial", nlohmann::json()).is_array()) {
     return bad("malformed");
   }
-  if (j["splits"].get<int64_t>() != num_splits_ || j["epochs"].get<int>() != options_.epochs) {
-    return bad(absl::StrCat("of ", j["splits"].get<int64_t>(), " splits and ",
-                            j["epochs"].get<int>(), " epochs, this job has ", num_splits_,
-                            " and ", options_.epochs, " (the data or the epochs changed)"));
+  if (j["splits"].get<int64_t>() != num_splits_) {
+    return bad(absl::StrCat("of ", j["splits"].get<int64_t>(), " splits, this job has ",
+                            num_splits_, " (the data changed)"));
   }
+  // Another count of epochs: more continue the job (a 1-epoch job's checkpoint resumed with
+  // --epochs=2 trains the second); fewer, as long as the saved job began no epoch past them.
+  const int saved_epochs = j["epochs"].get<int>();
   const int next_epoch = j["next_epoch"].get<int>();
   const std::string done = j["done"].get<std::string>();
-  const size_t ids = static_cast<size_t>(num_splits_ * options_.epochs);
-  if (next_epoch < 0 || next_epoch > options_.epochs || done.size() != (ids + 3) / 4) {
+  const size_t saved_ids = static_cast<size_t>(num_splits_) * std::max(0, saved_epochs);
+  if (saved_epochs < 1 || next_epoch < 0 || next_epoch > saved_epochs ||
+      done.size() != (saved_ids + 3) / 4) {
     return bad("malformed");
   }
-  std::vector<bool> done_bits(ids, false);
+  if (next_epoch > options_.epochs) {
+    return bad(absl::StrCat("the checkpoint's job began epoch ", next_epoch, " of ", saved_epochs,
+                            ", past this job's ", options_.epochs));
+  }
+  const size_t ids = static_cast<size_t>(num_splits_ * options_.epochs);
+  std::vector<bool> done_bits(std::max(ids, saved_ids), false);
   for (size_t i = 0; i < done.size(); ++i) {
     const char c = done[i];
     const int nibble = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
@@ -362,7 +370,7 @@ absl::Status SplitLedger::Restore(const std::string& state) {
       return bad("malformed");
     }
     const int64_t id = p["id"].get<int64_t>();
-    if (id < 0 || id >= static_cast<int64_t>(done_bits.size()) || done_bits[id]) {
+    if (id < 0 || id >= static_cast<int64_t>(ids) || done_bits[id]) {
       return bad(absl::StrCat("partial split ", id));
     }
     Split s;
@@ -379,6 +387,7 @@ absl::Status SplitLedger::Restore(const std::string& state) {
     }
     open.emplace(id, std::move(s));
   }
+  done_bits.resize(ids);  // epochs past this job's (none begun) are left out
   absl::MutexLock lock(&mu_);
   done_ = std::move(done_bits);
   open_ = std::move(open);

@@ -125,8 +125,9 @@ class SplitLedger final : public ClosureDealer {
 
   // The ledger as text, for a checkpoint taken while no closure runs; and a ledger of the same
   // options restored from it (the splits not done are dealt again, the rows trained left out).
-  // Errors (Restore): kInvalidArgument when the text is malformed or of other data (another
-  // count of splits or of epochs).
+  // Another count of epochs is taken: more continue the saved job, fewer if it began no epoch
+  // past them. Errors (Restore): kInvalidArgument when the text is malformed or of other data
+  // (another count of splits), or began an epoch past this job's last.
   std::string State() const;
   absl::Status Restore(const std::string& state);
   // A ledger that counts the first `epochs` epochs as trained (a checkpoint without a ledger's
