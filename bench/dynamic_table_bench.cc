@@ -1,8 +1,10 @@
 // dynamic_table_bench: a dynamic table (rows keyed by int64, ps/dynamic_shard.h) beside a fixed
 // table of the same shape, in the same run, one JSON object per line.
 //
-//   bazel run -c opt //bench:dynamic_table_bench                  # defaults, about two minutes
-//   bazel run -c opt //bench:dynamic_table_bench -- --keys=262144 --seconds=0.5   # quick
+//   bazel run -c opt //bench:dynamic_table_bench                  # defaults, about eight minutes
+//   bazel run -c opt //bench:dynamic_table_bench -- --keys=262144 --seconds=0.5 --tier_keys=200000
+//                                                                 # quick
+//   bazel run -c opt //bench:dynamic_table_bench -- --tier_only   # the disk tier's figures (~6 min)
 //
 // Both tables hold 4M keys (rows) of 16 float32 with Adagrad; requests carry 16,384 uniform random
 // keys (the fixed table's ids are rows 0..N-1, the dynamic table's keys MixKey of those, so both
