@@ -286,14 +286,12 @@ absl::Status DiskTier::Scan(const int64_t* from_key,
                             bool* more) const {
   if (more != nullptr) *more = false;
   std::unique_ptr<Reader> reader = NewReader(from_key);
-  int64_t rows = 0;
   for (; reader->Valid(); reader->Next()) {
     if (!fn(reader->key(), reader->value())) {
       if (next != nullptr) *next = reader->key();
       if (more != nullptr) *more = true;
       break;
     }
-    ++rows;
   }
   return reader->status();
 }
