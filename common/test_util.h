@@ -1,16 +1,23 @@
-// Helpers for tests: a status matcher, a fresh temporary directory, float bytes, a message cut
-// into pieces. Test-only.
+// Helpers for tests: a status matcher, a fresh temporary directory, a process's memory, float
+// bytes, a message cut into pieces. Test-only.
 #ifndef PSTRAIN_COMMON_TEST_UTIL_H_
 #define PSTRAIN_COMMON_TEST_UTIL_H_
 
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "gmock/gmock.h"
 
@@ -33,6 +40,21 @@ MATCHER_P2(StatusIs, code, message_matcher, "") {
   }
   return ::testing::ExplainMatchResult(message_matcher, std::string(status.message()),
                                        result_listener);
+}
+
+// A /proc/<pid>/status field of process `pid` (default: this one) in bytes ("VmRSS", "VmHWM"), or
+// -1.
+inline int64_t ProcStatusBytes(const std::string& field, pid_t pid = ::getpid()) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field + ":", 0) != 0) continue;
+    std::istringstream words(line.substr(field.size() + 1));
+    int64_t kib = -1;
+    words >> kib;
+    return kib * 1024;
+  }
+  return -1;
 }
 
 // An empty directory `name` under the test's temporary folder ($TEST_TMPDIR, else /tmp); whatever

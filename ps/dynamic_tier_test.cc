@@ -144,16 +144,6 @@ TEST(DynamicTierTest, Create_WithoutAStore_InvalidArgument) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no disk store")));
 }
 
-// This process's resident memory now (VmRSS), in bytes.
-int64_t ResidentBytes() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  }
-  return -1;
-}
-
 TEST(DynamicTierTest, MemoryBudget_RowsPastItMoveToDiskAndTheBudgetHolds) {
   VariableShardDef def = Def();
   def.mutable_dynamic()->set_disk_tier(true);
@@ -164,7 +154,7 @@ TEST(DynamicTierTest, MemoryBudget_RowsPastItMoveToDiskAndTheBudgetHolds) {
   ASSERT_NE(tiered, nullptr);
   const std::vector<int64_t> keys = Range(400000);
   std::vector<std::vector<float>> rows;
-  const int64_t resident_before = ResidentBytes();
+  const int64_t resident_before = ProcStatusBytes("VmRSS");
   int64_t most_used = 0;
   for (size_t at = 0; at < keys.size(); at += 4000) {
     const std::vector<int64_t> batch(keys.begin() + at, keys.begin() + at + 4000);
@@ -173,7 +163,7 @@ TEST(DynamicTierTest, MemoryBudget_RowsPastItMoveToDiskAndTheBudgetHolds) {
   }
   // Measured, not only counted: the process grew by the budget and RocksDB's own working memory
   // (table readers, compaction), far less than the table (plus the rows this test keeps).
-  const int64_t grown = ResidentBytes() - resident_before - 400000 * kDim * 4;
+  const int64_t grown = ProcStatusBytes("VmRSS") - resident_before - 400000 * kDim * 4;
   std::printf("resident memory grew %.1f MiB beside the rows kept (budget 4 MiB, table %.1f MiB)\n",
               grown / 1048576.0, 400000 * 56 / 1048576.0);
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)

@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "cluster/port_picker.h"
+#include "common/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/row_log.h"
@@ -291,16 +292,6 @@ double SummaryValue(const std::string& out, const std::string& key) {
   return std::strtod(out.c_str() + at + key.size() + 3, nullptr);
 }
 
-// A process's peak resident memory (VmHWM) in bytes, or -1.
-int64_t PeakRss(pid_t pid) {
-  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  }
-  return -1;
-}
-
 // Tables 8x the ps tasks' memory budget, with disk tiers (--disk_tier), as separate processes; ps
 // 1 is SIGKILLed mid-training and started again (its tier is a cache: the shards come back from
 // the latest checkpoint). The job finishes with the test AUC of the same job all in RAM, and the
@@ -360,7 +351,7 @@ TEST_F(MultiProcessTest, TabularDiskTier_PsKilledAndRestarted_FinishesWithTheCle
                              absl::StrCat("--task=worker:", i)}));
   }
   for (auto& s : servers) ASSERT_TRUE(s->WaitForStdout("READY", kWait).ok()) << s->Stderr();
-  const int64_t idle_rss = PeakRss(servers[0]->pid());
+  const int64_t idle_rss = ProcStatusBytes("VmHWM", servers[0]->pid());
   const std::string ckpt = tmp_ + "/tier_ckpt";
   std::vector<std::string> argv = {coordinator_bin_, "--cluster_spec=" + spec_path_,
                                    "--disk_tier", "--checkpoint_dir=" + ckpt,
@@ -380,7 +371,7 @@ TEST_F(MultiProcessTest, TabularDiskTier_PsKilledAndRestarted_FinishesWithTheCle
   while (!has_checkpoint() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(50));
   ASSERT_TRUE(has_checkpoint()) << coordinator->Stderr();
   absl::SleepFor(absl::Milliseconds(500));
-  const int64_t before_kill_rss = PeakRss(servers[1]->pid());
+  const int64_t before_kill_rss = ProcStatusBytes("VmHWM", servers[1]->pid());
   servers[1]->Signal(SIGKILL);
   ASSERT_TRUE(servers[1]->Wait(kWait).ok());
   servers[1] = ps(1, "t_ps1_again");
@@ -396,8 +387,9 @@ TEST_F(MultiProcessTest, TabularDiskTier_PsKilledAndRestarted_FinishesWithTheCle
   EXPECT_GT(SummaryValue(coordinator->Stdout(), "disk_keys"), 40000) << coordinator->Stdout();
   // Peak memory, for the record: at this size a ps's serving path (~35 MiB above idle, the same
   // without a tier) outweighs its tables; ps/dynamic_tier_test measures a tier's own growth.
-  const int64_t peaks[2] = {PeakRss(servers[0]->pid()),
-                            std::max(before_kill_rss, PeakRss(servers[1]->pid()))};
+  const int64_t peaks[2] = {
+      ProcStatusBytes("VmHWM", servers[0]->pid()),
+      std::max(before_kill_rss, ProcStatusBytes("VmHWM", servers[1]->pid()))};
   for (int i = 0; i < 2; ++i) {
     std::printf("ps %d: peak RSS %.1f MiB, idle %.1f MiB, budget %.1f MiB\n", i,
                 peaks[i] / 1048576.0, idle_rss / 1048576.0, budget / 1048576.0);

@@ -30,6 +30,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "cluster/port_picker.h"
+#include "common/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ps/grpc_ps_client.h"
@@ -46,20 +47,6 @@ constexpr int64_t kTableBytes = 512 * kMiB;
 constexpr int64_t kRows = kTableBytes / (kRowFloats * 4);
 constexpr int64_t kUpdateBytes = 511 * kMiB;
 constexpr int64_t kUpdateRows = kUpdateBytes / (kRowFloats * 4);
-
-// A /proc/<pid>/status field in bytes ("VmRSS", "VmHWM"), or -1.
-int64_t ProcStatusBytes(pid_t pid, const std::string& field) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field + ":", 0) != 0) continue;
-    std::istringstream words(line.substr(field.size() + 1));
-    int64_t kib = -1;
-    words >> kib;
-    return kib * 1024;
-  }
-  return -1;
-}
 
 int64_t InflightFlagBytes(const std::string& text) {
   std::string digits = text;
@@ -115,7 +102,7 @@ TEST_F(PsMemoryTest, ManyHugeUpdates_RssBounded_EachAppliedOnceOrRefused_Lookups
   def->set_num_shards(1);
   CreateShardsResponse created;
   ASSERT_TRUE(admin->CreateShards(create, &created).ok());
-  const int64_t before = ProcStatusBytes(ps_->pid(), "VmRSS");
+  const int64_t before = ProcStatusBytes("VmRSS", ps_->pid());
 
   // Every update adds 1 to every element of w, from one shared buffer of ones.
   const std::vector<float> ones(kUpdateBytes / 4, 1.0f);
@@ -163,7 +150,8 @@ TEST_F(PsMemoryTest, ManyHugeUpdates_RssBounded_EachAppliedOnceOrRefused_Lookups
   std::atomic<int64_t> sampled_peak{0};
   std::thread sampler([&] {
     while (!done.load()) {
-      sampled_peak = std::max<int64_t>(sampled_peak.load(), ProcStatusBytes(ps_->pid(), "VmRSS"));
+      sampled_peak =
+          std::max<int64_t>(sampled_peak.load(), ProcStatusBytes("VmRSS", ps_->pid()));
       absl::SleepFor(absl::Milliseconds(10));
     }
   });
@@ -235,7 +223,7 @@ TEST_F(PsMemoryTest, ManyHugeUpdates_RssBounded_EachAppliedOnceOrRefused_Lookups
   done = true;
   worker.join();
   sampler.join();
-  const int64_t hwm = ProcStatusBytes(ps_->pid(), "VmHWM");
+  const int64_t hwm = ProcStatusBytes("VmHWM", ps_->pid());
 
   // Every request applied once or refused.
   EXPECT_EQ(other.load(), 0) << (others.empty() ? "" : others.front());
@@ -321,7 +309,7 @@ TEST_F(PsMemoryTest, ThousandsOfSilentConnections_PsUpThreadsBounded_RealClientS
     held.push_back(fd);
   }
   const double connect_seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  const int64_t threads = ProcStatusBytes(ps_->pid(), "Threads") / 1024;  // a count, not KiB
+  const int64_t threads = ProcStatusBytes("Threads", ps_->pid()) / 1024;  // a count, not KiB
   EXPECT_GT(held.size(), static_cast<size_t>(wanted) * 9 / 10);
   // The ps's threads: gRPC's, its pools', and at most max_handshaking (64) for connections
   // saying hello; not one per connection.
