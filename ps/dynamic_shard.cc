@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <cmath>
 
 #include "absl/container/flat_hash_map.h"
@@ -359,17 +360,22 @@ absl::Status DynamicShard::MoveToDiskLocked(const std::vector<EvictionCandidate>
   return absl::OkStatus();
 }
 
-absl::Status DynamicShard::EnsureRoomLocked(const int64_t* need,
-                                            const absl::flat_hash_set<int64_t>& keep,
+absl::Status DynamicShard::EnsureRoomLocked(const int64_t* need, const KeyBatch& batch,
                                             const DynamicOpContext& ctx) {
   int64_t total = 0;
   for (int i = 0; i < kStripes; ++i) total += need[i];
   if (total == 0) return absl::OkStatus();
+  // The request's keys, which stay: made only if keys must move.
+  std::optional<absl::flat_hash_set<int64_t>> kept;
+  auto keep = [&]() -> const absl::flat_hash_set<int64_t>& {
+    if (!kept.has_value()) kept.emplace(batch.keys.begin(), batch.keys.end());
+    return *kept;
+  };
   int64_t keep_keys = 0;
   const int64_t held = LiveLocked();
   if (EvictionNeeded(capacity_, held, total, &keep_keys)) {
     RETURN_IF_ERROR(MoveToDiskLocked(
-        ColdestLocked(-1, held - std::max<int64_t>(0, keep_keys), keep), ctx));
+        ColdestLocked(-1, held - std::max<int64_t>(0, keep_keys), keep()), ctx));
   }
   const int64_t headroom = BudgetHeadroom();
   for (int i = 0; i < kStripes; ++i) {
@@ -385,7 +391,7 @@ absl::Status DynamicShard::EnsureRoomLocked(const int64_t* need,
     }
     // The memory can't grow: the stripe's coldest sixteenth (at least what it needs) to disk.
     const std::vector<EvictionCandidate> victims =
-        ColdestLocked(i, std::max(need[i], s.table.live() / 16), keep);
+        ColdestLocked(i, std::max(need[i], s.table.live() / 16), keep());
     // (Nothing to move: a stripe new to RAM may use the last eighth.)
     RETURN_IF_ERROR(MoveToDiskLocked(victims, ctx));
     RETURN_IF_ERROR(s.table.MakeRoom(need[i], Who()));
@@ -453,8 +459,7 @@ absl::Status DynamicShard::FaultInLocked(const KeyBatch& batch,
   for (size_t k = 0; k < keys.size(); ++k) {
     if (held[k] || room_for_new) ++need[StripeOf(hashes[k])];
   }
-  absl::flat_hash_set<int64_t> keep(batch.keys.begin(), batch.keys.end());
-  RETURN_IF_ERROR(EnsureRoomLocked(need, keep, ctx));
+  RETURN_IF_ERROR(EnsureRoomLocked(need, batch, ctx));
   std::vector<int64_t> off_disk;
   for (size_t k = 0; k < keys.size(); ++k) {
     if (!held[k]) continue;
@@ -1442,7 +1447,8 @@ absl::Status DynamicShard::PutRecord(const DynamicRecord& record) {
   if (s.table.Probe(record.key, hash, &pos)) {
     r = s.table.RecordAt(pos);
   } else {
-    if (tier_ != nullptr) {
+    // (A restore into a fresh shard asks the disk only once it holds rows.)
+    if (tier_ != nullptr && tier_->rows() > 0) {
       ASSIGN_OR_RETURN(const bool on_disk, tier_->Has(record.key));
       if (on_disk) {  // replaced where it is
         std::vector<char> value(static_cast<size_t>(tier_->value_bytes()));
@@ -1486,7 +1492,7 @@ absl::Status DynamicShard::EraseKey(int64_t key) {
     EraseAt(s.table, s.erased, pos, DynamicOpContext());
     return absl::OkStatus();
   }
-  if (tier_ == nullptr) return absl::OkStatus();
+  if (tier_ == nullptr || tier_->rows() == 0) return absl::OkStatus();
   ASSIGN_OR_RETURN(const bool on_disk, tier_->Has(key));
   if (!on_disk) return absl::OkStatus();
   return tier_->Write({}, nullptr, {key}, /*rows_delta=*/-1);

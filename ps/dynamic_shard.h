@@ -361,10 +361,10 @@ class DynamicShard {
   absl::Status FaultInLocked(const KeyBatch& batch, const std::vector<int32_t>& positions,
                              bool promote, bool room_for_new, const DynamicOpContext& ctx,
                              char* out, std::vector<uint8_t>* found);
-  // Room in RAM for need[i] more keys in stripe i, moving the coldest keys not in `keep` to disk:
+  // Room in RAM for need[i] more keys in stripe i, moving the coldest keys not of `batch` to disk:
   // below the capacity, and out of each stripe that would need new memory past the budget's
   // headroom (BudgetHeadroom).
-  absl::Status EnsureRoomLocked(const int64_t* need, const absl::flat_hash_set<int64_t>& keep,
+  absl::Status EnsureRoomLocked(const int64_t* need, const KeyBatch& batch,
                                 const DynamicOpContext& ctx);
   // Up to `count` of the coldest keys not in `keep`, of stripe `stripe` (-1: every stripe), in
   // the capacity's eviction order; the stripes are locked.
