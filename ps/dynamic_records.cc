@@ -33,10 +33,10 @@ int64_t RecordStride(int64_t record, int64_t prefix) {
 
 }  // namespace
 
-RecordLayout RecordLayout::For(int64_t floats, int64_t prefix_floats) {
+RecordLayout RecordLayout::For(int64_t data_bytes, int64_t prefix_bytes) {
   constexpr int64_t kHeader = sizeof(RecordHeader);
   RecordLayout layout;
-  layout.record_bytes = RecordStride(kHeader + 4 * floats, kHeader + 4 * prefix_floats);
+  layout.record_bytes = RecordStride(kHeader + data_bytes, kHeader + prefix_bytes);
   size_t small = 1;  // blocks 0..small-1 cover records [0, 2^(5 + small))
   while (small < 20 &&
          (int64_t{1} << (kFirstBlockShift - 1 + small)) * layout.record_bytes < kHugePage) {

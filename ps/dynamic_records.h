@@ -3,7 +3,8 @@
 // lock of its own (not thread-safe: its owner serializes every call, readers included).
 //
 // A key's record holds, in one allocation, a 24-byte header (RecordHeader: key, last step, count,
-// generation, live) then its row (dim floats) and every optimizer slot's row: a key is present
+// generation, live) then its row and every optimizer slot's row (dim floats each, or fewer bytes
+// in a stored format: ps/row_format.h): a key is present
 // with all of them or not at all. Records live in blocks that never move (a record keeps its place
 // while its key lives; an erased key's record is reused by a later insert):
 //
@@ -44,7 +45,7 @@ inline RecordHeader* Header(char* record) { return reinterpret_cast<RecordHeader
 inline const RecordHeader* Header(const char* record) {
   return reinterpret_cast<const RecordHeader*>(record);
 }
-// The row, then each slot's row.
+// The row, then each slot's row (of a record stored as float32).
 inline float* Floats(char* record) { return reinterpret_cast<float*>(record + sizeof(RecordHeader)); }
 inline const float* Floats(const char* record) {
   return reinterpret_cast<const float*>(record + sizeof(RecordHeader));
@@ -66,9 +67,9 @@ struct RecordLayout {
   static constexpr int64_t kBigBlockBytes = int64_t{2} << 20;
   static constexpr int64_t kHugePage = int64_t{2} << 20;
 
-  // Records of `floats` floats after the header, of which a lookup reads the header and the first
-  // `prefix_floats` (the row).
-  static RecordLayout For(int64_t floats, int64_t prefix_floats);
+  // Records of `data_bytes` bytes after the header (the row and slots, as stored), of which a
+  // lookup reads the header and the first `prefix_bytes` (the row).
+  static RecordLayout For(int64_t data_bytes, int64_t prefix_bytes);
 
   // Bytes from one record to the next (a multiple of 8; header, floats, and padding where it lets a
   // lookup's prefix span fewer cache lines on average).

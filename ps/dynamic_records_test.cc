@@ -30,17 +30,17 @@ char* Put(RecordTable* table, int64_t key, float value) {
 TEST(RecordLayoutTest, PadsOnlyWhereALookupReadsFewerLines) {
   // 16 floats with one Adagrad slot: 24 + 128 = 152 bytes; at 160 the header and row (88 bytes)
   // span two lines at every offset.
-  EXPECT_EQ(RecordLayout::For(/*floats=*/32, /*prefix_floats=*/16).record_bytes, 160);
+  EXPECT_EQ(RecordLayout::For(/*data_bytes=*/128, /*prefix_bytes=*/64).record_bytes, 160);
   // No padding helps a 64-byte-aligned 64-byte record.
-  EXPECT_EQ(RecordLayout::For(/*floats=*/10, /*prefix_floats=*/10).record_bytes, 64);
+  EXPECT_EQ(RecordLayout::For(/*data_bytes=*/40, /*prefix_bytes=*/40).record_bytes, 64);
   // Always a multiple of 8.
   for (int64_t floats = 1; floats < 100; ++floats) {
-    EXPECT_EQ(RecordLayout::For(floats, floats).record_bytes % 8, 0) << floats;
+    EXPECT_EQ(RecordLayout::For(4 * floats, 4 * floats).record_bytes % 8, 0) << floats;
   }
 }
 
 TEST(RecordLayoutTest, LocateCoversEveryRecordOnce_SmallBlocksDoubleThenBig) {
-  const RecordLayout layout = RecordLayout::For(/*floats=*/16, /*prefix_floats=*/16);
+  const RecordLayout layout = RecordLayout::For(/*data_bytes=*/64, /*prefix_bytes=*/64);
   EXPECT_EQ(layout.BlockRecords(0), 64);
   EXPECT_EQ(layout.BlockRecords(1), 64);
   EXPECT_EQ(layout.BlockRecords(2), 128);
@@ -62,7 +62,7 @@ TEST(RecordLayoutTest, LocateCoversEveryRecordOnce_SmallBlocksDoubleThenBig) {
 }
 
 TEST(RecordTableTest, InsertFindErase_ManyKeys_MatchesAMap) {
-  RecordTable table(RecordLayout::For(4, 4), nullptr);
+  RecordTable table(RecordLayout::For(16, 16), nullptr);
   std::mt19937_64 rng(5);
   std::map<int64_t, float> model;
   for (int round = 0; round < 20000; ++round) {
@@ -94,7 +94,7 @@ TEST(RecordTableTest, InsertFindErase_ManyKeys_MatchesAMap) {
 }
 
 TEST(RecordTableTest, InsertAt_SetsTheHeader) {
-  RecordTable table(RecordLayout::For(2, 2), nullptr);
+  RecordTable table(RecordLayout::For(8, 8), nullptr);
   const char* record = Put(&table, 42, 1.5f);
   const RecordHeader* h = Header(record);
   EXPECT_EQ(h->key, 42);
@@ -105,7 +105,7 @@ TEST(RecordTableTest, InsertAt_SetsTheHeader) {
 }
 
 TEST(RecordTableTest, Walk_FindsHeldAndMissingInOrder_AndSeesItsOwnInserts) {
-  RecordTable table(RecordLayout::For(2, 2), nullptr);
+  RecordTable table(RecordLayout::For(8, 8), nullptr);
   std::vector<int64_t> keys;
   for (int64_t k = 0; k < 500; ++k) keys.push_back(k * 7919);
   for (size_t i = 0; i < keys.size(); i += 2) Put(&table, keys[i], 1);
@@ -137,7 +137,7 @@ TEST(RecordTableTest, Walk_FindsHeldAndMissingInOrder_AndSeesItsOwnInserts) {
 }
 
 TEST(RecordTableTest, Walk_AfterEraseInTheCallback_StillFindsEveryKey) {
-  RecordTable table(RecordLayout::For(2, 2), nullptr);
+  RecordTable table(RecordLayout::For(8, 8), nullptr);
   std::vector<int64_t> keys;
   for (int64_t k = 1; k <= 300; ++k) keys.push_back(k);
   for (int64_t k : keys) Put(&table, k, 1);
@@ -161,7 +161,7 @@ TEST(RecordTableTest, Walk_AfterEraseInTheCallback_StillFindsEveryKey) {
 
 TEST(RecordTableTest, MakeRoom_PastTheBudget_ResourceExhaustedAndNothingChanges) {
   MemoryBudget budget(/*limit_bytes=*/64 * 1024);
-  RecordTable table(RecordLayout::For(16, 16), &budget);
+  RecordTable table(RecordLayout::For(64, 64), &budget);
   ASSERT_TRUE(table.MakeRoom(10, "t").ok());
   const int64_t reserved = table.reserved_bytes();
   EXPECT_GT(reserved, 0);
@@ -173,7 +173,7 @@ TEST(RecordTableTest, MakeRoom_PastTheBudget_ResourceExhaustedAndNothingChanges)
 }
 
 TEST(RecordTableTest, Promise_KeepsRoomForItsCaller) {
-  RecordTable table(RecordLayout::For(2, 2), nullptr);
+  RecordTable table(RecordLayout::For(8, 8), nullptr);
   ASSERT_TRUE(table.MakeRoom(10, "t").ok());
   table.Promise(10);
   // Another caller's room comes on top of the promised 10: 20 inserts fit without more room.

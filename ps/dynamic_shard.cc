@@ -3,8 +3,9 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
-#include <optional>
+#include <atomic>
 #include <cmath>
+#include <optional>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -62,7 +63,29 @@ constexpr int64_t kMinParallelPositions = 4096;
 // RecordTable::Walk, ForEachLive and ErasureLog::Since run under the lock their caller holds; the
 // analysis doesn't carry locks into lambdas, so they are marked ABSL_NO_THREAD_SAFETY_ANALYSIS.
 
+// Floats to convert a record in, one buffer per thread.
+float* ScratchFloats(int64_t n) {
+  thread_local std::vector<float> scratch;
+  if (static_cast<int64_t>(scratch.size()) < n) scratch.resize(static_cast<size_t>(n));
+  return scratch.data();
+}
+
+// Stochastic rounding's random bits for `key`'s row in the op numbered `op` (a stream of its
+// own; the same op on the same table state rounds the same way, whichever thread runs it, so
+// that a table and its copy, tiered or not, stay equal).
+inline RoundingBits KeyRoundingBits(uint64_t op, int64_t key) {
+  return RoundingBits(MixKey(static_cast<int64_t>(op)) ^ MixKey(key) * 0x9e3779b97f4a7c15ULL);
+}
+
 }  // namespace
+
+inline void DynamicShard::ReadRow(const char* data, char* out) const {
+  if (plain_) {
+    CopyRow(out, reinterpret_cast<const float*>(data), row_bytes());
+  } else {
+    DecodeRow(row_format_, data, dim_, reinterpret_cast<float*>(out));
+  }
+}
 
 // What Choose decided: the positions to store (the admitted keys' positions, repeats included),
 // grouped by stripe, with the room each stripe needs (one per key); the positions held already;
@@ -81,6 +104,24 @@ DynamicShard::~DynamicShard() = default;
 
 std::string DynamicShard::Who() const {
   return absl::StrCat("dynamic table shard \"", name(), "\"");
+}
+
+// ---- Stored rows.
+
+void DynamicShard::DecodeRecord(const char* data, float* out) const {
+  DecodeRow(row_format_, data, dim_, out);
+  for (int slot = 0; slot < num_slots_; ++slot) {
+    DecodeRow(slot_format_, data + stored_row_bytes_ + slot * stored_slot_bytes_, dim_,
+              out + (slot + 1) * dim_);
+  }
+}
+
+void DynamicShard::StoreRecord(const float* floats, char* data, RoundingBits* bits) const {
+  EncodeRow(row_format_, floats, dim_, data, bits);
+  for (int slot = 0; slot < num_slots_; ++slot) {
+    EncodeRow(slot_format_, floats + (slot + 1) * dim_, dim_,
+              data + stored_row_bytes_ + slot * stored_slot_bytes_, bits);
+  }
 }
 
 absl::StatusOr<std::unique_ptr<DynamicShard>> DynamicShard::Create(
@@ -133,6 +174,14 @@ absl::StatusOr<std::unique_ptr<DynamicShard>> DynamicShard::Create(
   if (absl::Status s = ValidateInitializer(def.initializer()); !s.ok()) {
     return invalid(s.message());
   }
+  if (!RowFormat_IsValid(d.row_format())) {
+    return invalid(absl::StrCat("row_format ", d.row_format(), " is not a RowFormat"));
+  }
+  if (d.slot_format() != ROW_FLOAT32 && d.slot_format() != ROW_FLOAT16 &&
+      d.slot_format() != ROW_BFLOAT16) {
+    return invalid(absl::StrCat("slot_format ", d.slot_format(),
+                                " must be FLOAT32, FLOAT16 or BFLOAT16"));
+  }
 
   std::unique_ptr<DynamicShard> shard(new DynamicShard(def));
   shard->budget_ = budget;
@@ -147,7 +196,13 @@ absl::StatusOr<std::unique_ptr<DynamicShard>> DynamicShard::Create(
       shard->slot_init_.push_back(shard->optimizer_->slot_initial_value(s));
     }
   }
-  shard->layout_ = RecordLayout::For(shard->record_floats(), shard->dim_);
+  shard->row_format_ = d.row_format();
+  shard->slot_format_ = d.slot_format();
+  shard->stored_row_bytes_ = RowBytes(shard->row_format_, shard->dim_);
+  shard->stored_slot_bytes_ = RowBytes(shard->slot_format_, shard->dim_);
+  shard->plain_ = shard->row_format_ == ROW_FLOAT32 &&
+                  (shard->slot_format_ == ROW_FLOAT32 || shard->num_slots_ == 0);
+  shard->layout_ = RecordLayout::For(shard->record_data_bytes(), shard->stored_row_bytes_);
   int64_t capacity = d.max_rows();
   if (d.max_bytes() > 0) {
     const int64_t by_bytes = d.max_bytes() / (shard->record_bytes() + kIndexBytesPerKey);
@@ -173,7 +228,7 @@ absl::StatusOr<std::unique_ptr<DynamicShard>> DynamicShard::Create(
     DiskTierOptions tier;
     tier.max_bytes = d.disk_max_bytes();
     ASSIGN_OR_RETURN(shard->tier_, DiskTier::Open(std::move(disk), tier,
-                                                  kHeaderBytes + shard->record_floats() * 4, who));
+                                                  kHeaderBytes + shard->record_data_bytes(), who));
   }
   return shard;
 }
@@ -183,11 +238,12 @@ absl::StatusOr<std::unique_ptr<DynamicShard>> DynamicShard::Create(
 char* DynamicShard::InsertAt(RecordTable& table, int64_t key, uint64_t hash, uint64_t pos,
                              uint32_t step, uint32_t count, const DynamicOpContext& ctx) {
   char* record = table.InsertAt(key, hash, pos, step, count, ctx.generation);
-  float* f = Floats(record);
+  float* f = plain_ ? Floats(record) : ScratchFloats(record_floats());
   InitializeFloatForKey(def_.initializer(), key, dim_, f);
   for (int slot = 0; slot < num_slots_; ++slot) {
     std::fill(f + (slot + 1) * dim_, f + (slot + 2) * dim_, slot_init_[slot]);
   }
+  if (!plain_) StoreRecord(f, Data(record), /*bits=*/nullptr);
   return record;
 }
 
@@ -231,7 +287,7 @@ int64_t DynamicShard::StoreWalk(Stripe& s, const int64_t* keys, const uint64_t* 
                  if (!clock_.Expired(h->step)) {
                    if (sighting) CountSighting(h, step, ctx.generation);
                    if (records != nullptr) (*records)[p] = record;
-                   if (out != nullptr) CopyRow(out + p * rb, Floats(record), rb);
+                   if (out != nullptr) ReadRow(Data(record), out + p * rb);
                    return;
                  }
                  EraseAt(table, erased, pos, ctx);
@@ -241,7 +297,7 @@ int64_t DynamicShard::StoreWalk(Stripe& s, const int64_t* keys, const uint64_t* 
                record = InsertAt(table, keys[p], hashes[p], pos, step, sighting ? 1 : 0, ctx);
                if (records != nullptr) (*records)[p] = record;
                // Copied while the row is in cache, just written.
-               if (out != nullptr) CopyRow(out + p * rb, Floats(record), rb);
+               if (out != nullptr) ReadRow(Data(record), out + p * rb);
                ++inserted;
              });
   admitted_.fetch_add(inserted, std::memory_order_relaxed);
@@ -417,7 +473,7 @@ absl::Status DynamicShard::FaultInLocked(const KeyBatch& batch,
       // Held in RAM (by now: another request may have moved it back). An expired record is in
       // RAM alone: the insert that follows stores the key afresh.
       if (!promote && !clock_.Expired(Header(record)->step)) {
-        CopyRow(out + p * rb, Floats(record), rb);
+        ReadRow(Data(record), out + p * rb);
         (*found)[p] = 1;
       }
       continue;
@@ -448,7 +504,7 @@ absl::Status DynamicShard::FaultInLocked(const KeyBatch& batch,
   if (!promote) {
     for (const auto& [p, k] : position_key) {
       if (!held[k]) continue;
-      std::memcpy(out + p * rb, values.data() + k * vb + kHeaderBytes, static_cast<size_t>(rb));
+      ReadRow(values.data() + k * vb + kHeaderBytes, out + p * rb);
       (*found)[p] = 1;
     }
     return absl::OkStatus();  // expired keys stay until a sweep: an evaluation changes nothing
@@ -470,7 +526,7 @@ absl::Status DynamicShard::FaultInLocked(const KeyBatch& batch,
     uint64_t pos = 0;
     s.table.Probe(keys[k], hashes[k], &pos);
     char* record = s.table.InsertAt(keys[k], hashes[k], pos, h.step, h.count, h.generation);
-    std::memcpy(Floats(record), values.data() + k * vb + kHeaderBytes,
+    std::memcpy(Data(record), values.data() + k * vb + kHeaderBytes,
                 static_cast<size_t>(vb - kHeaderBytes));
     off_disk.push_back(keys[k]);
   }
@@ -674,7 +730,7 @@ int64_t DynamicShard::Find(const KeyBatch& batch, bool sighting, bool may_sweep,
                  if (sighting) CountSighting(h, step, ctx.generation);
                  // Copied now, under the stripe's lock: once it is released the record may be
                  // evicted.
-                 if (out != nullptr) CopyRow(out + p * rb, Floats(record), rb);
+                 if (out != nullptr) ReadRow(Data(record), out + p * rb);
                  (*found)[p] = 1;
                  ++here;
                });
@@ -776,7 +832,7 @@ absl::Status DynamicShard::Insert(const KeyBatch& batch, const std::vector<int32
     AssertHeld(s);
     char* record = s.table.Find(batch.keys[p], batch.hashes[p]);
     if (call.records != nullptr) (*call.records)[p] = record;
-    if (call.out != nullptr && record != nullptr) CopyRow(call.out + p * rb, Floats(record), rb);
+    if (call.out != nullptr && record != nullptr) ReadRow(Data(record), call.out + p * rb);
   }
   return absl::OkStatus();
 }
@@ -1064,6 +1120,7 @@ absl::Status DynamicShard::ApplyGradients(const UpdateOpView& op, const KeyBatch
   const std::vector<const char*> src = rows.RowAddresses();
   const int64_t t = apply_count_.fetch_add(1) + 1;
   const StepScalars scalars = optimizer_->Prepare(t, ctx.step > 0 ? ctx.step - 1 : t - 1);
+  const uint64_t rounding_op = plain_ ? 0 : rounding_ops_.fetch_add(1, std::memory_order_relaxed);
   // Repeated keys are summed first (as TF's sparse apply): the optimizer sees each key once.
   std::vector<const UnalignedFloat*> grad(n);
   for (int64_t i = 0; i < n; ++i) grad[i] = reinterpret_cast<const UnalignedFloat*>(src[i]);
@@ -1089,10 +1146,15 @@ absl::Status DynamicShard::ApplyGradients(const UpdateOpView& op, const KeyBatch
     RecordHeader* h = Header(record);
     Touch(&h->step, step);
     h->generation = ctx.generation;
-    float* var = Floats(record);
+    float* var = plain_ ? Floats(record) : ScratchFloats(record_floats());
+    if (!plain_) DecodeRecord(Data(record), var);
     float* slot_rows[4];
     for (int slot = 0; slot < num_slots_; ++slot) slot_rows[slot] = var + (slot + 1) * dim_;
     optimizer_->ApplyRow(var, slot_rows, grad[p], dim_, scalars);
+    if (!plain_) {
+      RoundingBits bits = KeyRoundingBits(rounding_op, h->key);
+      StoreRecord(var, Data(record), &bits);
+    }
   };
   // With a disk tier, the positions whose keys RAM lacks, by stripe (each written by the worker
   // that holds the stripe).
@@ -1146,6 +1208,7 @@ absl::Status DynamicShard::Assign(const UpdateOpView& op, const KeyBatch& batch,
   const uint32_t step = clock_.Effective(ctx.step);
   const ValueRows rows(op.values, row_bytes());
   const std::vector<const char*> src = rows.RowAddresses();
+  const uint64_t rounding_op = plain_ ? 0 : rounding_ops_.fetch_add(1, std::memory_order_relaxed);
   LockAll();
   if (tier_ != nullptr) {
     std::vector<int32_t> all(static_cast<size_t>(n));
@@ -1181,12 +1244,22 @@ absl::Status DynamicShard::Assign(const UpdateOpView& op, const KeyBatch& batch,
       RecordHeader* h = Header(records[i]);
       Touch(&h->step, step);
       h->generation = ctx.generation;
-      float* row = Floats(records[i]);
+      // Stored rows: the slots kept as they are, the row converted and stored again (an add
+      // rounded stochastically, an assigned value to nearest).
+      float* row = plain_ ? Floats(records[i]) : ScratchFloats(dim_);
+      if (!plain_) DecodeRow(row_format_, Data(records[i]), dim_, row);
       const UnalignedFloat* v = reinterpret_cast<const UnalignedFloat*>(src[i]);
       if (op.kind == UpdateOp::ASSIGN) {
         for (int64_t k = 0; k < dim_; ++k) row[k] = v[k];
       } else {
         for (int64_t k = 0; k < dim_; ++k) row[k] += v[k];
+      }
+      if (!plain_) {
+        // (A key repeated in the op rounds with another stream each time.)
+        RoundingBits bits = KeyRoundingBits(rounding_op + (static_cast<uint64_t>(i) << 40),
+                                            batch.keys[i]);
+        EncodeRow(row_format_, row, dim_, Data(records[i]),
+                  op.kind == UpdateOp::ASSIGN ? nullptr : &bits);
       }
     }
   }
@@ -1195,10 +1268,11 @@ absl::Status DynamicShard::Assign(const UpdateOpView& op, const KeyBatch& batch,
 }
 
 absl::Status DynamicShard::Export(absl::string_view cursor, int64_t max_keys, bool with_slots,
-                                  ExportResponse* response) const {
+                                  ExportResponse* response, bool stored_format) const {
   ASSIGN_OR_RETURN(ExportCursor at, ExportCursor::Decode(cursor, kStripes, name()));
   if (max_keys <= 0) max_keys = kDefaultExportKeys;
   const int64_t rb = row_bytes();
+  const int64_t value_bytes = stored_format ? stored_row_bytes_ : rb;
   // The reply's fields sized once for the keys it can hold (at most those held now), not grown
   // record by record.
   int64_t held = 0;
@@ -1209,13 +1283,26 @@ absl::Status DynamicShard::Export(absl::string_view cursor, int64_t max_keys, bo
   }
   const size_t most = static_cast<size_t>(std::min(held, max_keys));
   response->mutable_keys()->reserve(response->keys().size() + most * 8);
-  response->mutable_values()->reserve(response->values().size() + most * rb);
+  response->mutable_values()->reserve(response->values().size() + most * value_bytes);
   if (with_slots) {
     response->mutable_slots()->reserve(response->slots().size() + most * rb * num_slots_);
   }
   response->mutable_counts()->reserve(response->counts().size() + most * 4);
   response->mutable_steps()->reserve(response->steps().size() + most * 8);
   int64_t emitted = 0;
+  // One key: its header and stored data (a record's, or a tier value's after its header).
+  std::vector<float> floats(plain_ ? 0 : static_cast<size_t>(record_floats()));
+  auto emit = [&](const RecordHeader& h, const char* data) {
+    response->mutable_keys()->append(reinterpret_cast<const char*>(&h.key), 8);
+    if (!plain_ && (!stored_format || with_slots)) DecodeRecord(data, floats.data());
+    const char* as_floats = plain_ ? data : reinterpret_cast<const char*>(floats.data());
+    response->mutable_values()->append(stored_format ? data : as_floats, value_bytes);
+    if (with_slots) response->mutable_slots()->append(as_floats + rb, rb * num_slots_);
+    response->mutable_counts()->append(reinterpret_cast<const char*>(&h.count), 4);
+    const int64_t full_step = clock_.FullStep(h.step);
+    response->mutable_steps()->append(reinterpret_cast<const char*>(&full_step), 8);
+    ++emitted;
+  };
   for (; at.stripe < kStripes; ++at.stripe, at.record = 0) {
     const Stripe& s = *stripes_[at.stripe];
     absl::MutexLock lock(&s.mu);
@@ -1227,16 +1314,7 @@ absl::Status DynamicShard::Export(absl::string_view cursor, int64_t max_keys, bo
       const char* r = s.table.Record(at.record);
       const RecordHeader* h = Header(r);
       if (h->live == 0 || clock_.Expired(h->step)) continue;
-      response->mutable_keys()->append(reinterpret_cast<const char*>(&h->key), 8);
-      response->mutable_values()->append(reinterpret_cast<const char*>(Floats(r)), rb);
-      if (with_slots) {
-        response->mutable_slots()->append(reinterpret_cast<const char*>(Floats(r) + dim_),
-                                          rb * num_slots_);
-      }
-      response->mutable_counts()->append(reinterpret_cast<const char*>(&h->count), 4);
-      const int64_t full_step = clock_.FullStep(h->step);
-      response->mutable_steps()->append(reinterpret_cast<const char*>(&full_step), 8);
-      ++emitted;
+      emit(*h, Data(r));
     }
   }
   response->clear_next_cursor();
@@ -1244,7 +1322,6 @@ absl::Status DynamicShard::Export(absl::string_view cursor, int64_t max_keys, bo
   // The disk tier, in key order.
   int64_t next = 0;
   bool more = false;
-  std::vector<float> floats(static_cast<size_t>(record_floats()));
   RETURN_IF_ERROR(tier_->Scan(
       at.on_disk ? &at.disk_key : nullptr,
       [&](int64_t /*key*/, const char* value) {
@@ -1252,17 +1329,7 @@ absl::Status DynamicShard::Export(absl::string_view cursor, int64_t max_keys, bo
         RecordHeader h;
         std::memcpy(&h, value, sizeof(h));
         if (clock_.Expired(h.step)) return true;
-        std::memcpy(floats.data(), value + kHeaderBytes, floats.size() * sizeof(float));
-        response->mutable_keys()->append(reinterpret_cast<const char*>(&h.key), 8);
-        response->mutable_values()->append(reinterpret_cast<const char*>(floats.data()), rb);
-        if (with_slots) {
-          response->mutable_slots()->append(reinterpret_cast<const char*>(floats.data() + dim_),
-                                            rb * num_slots_);
-        }
-        response->mutable_counts()->append(reinterpret_cast<const char*>(&h.count), 4);
-        const int64_t full_step = clock_.FullStep(h.step);
-        response->mutable_steps()->append(reinterpret_cast<const char*>(&full_step), 8);
-        ++emitted;
+        emit(h, value + kHeaderBytes);
         return true;
       },
       &next, &more));
@@ -1352,20 +1419,19 @@ DynamicDiskRecords::DynamicDiskRecords(const DynamicShard* shard,
     : shard_(shard),
       reader_(std::move(reader)),
       since_(since),
-      floats_(static_cast<size_t>(shard->record_floats())) {}
+      data_(static_cast<size_t>(shard->record_data_bytes()), '\0') {}
 
 bool DynamicDiskRecords::Next(DynamicRecordView* view) {
   for (; reader_->Valid(); reader_->Next()) {
     RecordHeader h;
     std::memcpy(&h, reader_->value(), sizeof(h));
     if (shard_->clock_.Expired(h.step) || (since_ > 0 && h.generation <= since_)) continue;
-    std::memcpy(floats_.data(), reader_->value() + DynamicShard::kHeaderBytes,
-                floats_.size() * sizeof(float));
+    std::memcpy(data_.data(), reader_->value() + DynamicShard::kHeaderBytes, data_.size());
     view->key = h.key;
     view->step = shard_->clock_.FullStep(h.step);
     view->count = h.count;
     view->generation = h.generation;
-    view->data = floats_.data();
+    view->data = data_.data();
     reader_->Next();
     return true;
   }
@@ -1391,7 +1457,7 @@ void DynamicShard::ForEachRamRecord(
       view.step = clock_.FullStep(h->step);
       view.count = h->count;
       view.generation = h->generation;
-      view.data = Floats(record);
+      view.data = Data(record);
       fn(view);
     });
   }
@@ -1454,8 +1520,7 @@ absl::Status DynamicShard::PutRecord(const DynamicRecord& record) {
         std::vector<char> value(static_cast<size_t>(tier_->value_bytes()));
         RecordHeader h{record.key, static_cast<uint32_t>(record.step), record.count, 0, 1};
         std::memcpy(value.data(), &h, sizeof(h));
-        std::memcpy(value.data() + kHeaderBytes, record.data.data(),
-                    record.data.size() * sizeof(float));
+        StoreRecord(record.data.data(), value.data() + kHeaderBytes, /*bits=*/nullptr);
         return tier_->Write({record.key}, value.data(), {}, /*rows_delta=*/0);
       }
     }
@@ -1479,7 +1544,7 @@ absl::Status DynamicShard::PutRecord(const DynamicRecord& record) {
   h->step = static_cast<uint32_t>(record.step);
   h->count = record.count;
   h->generation = 0;  // restored: older than any save that follows
-  std::memcpy(Floats(r), record.data.data(), record.data.size() * sizeof(float));
+  StoreRecord(record.data.data(), Data(r), /*bits=*/nullptr);
   return absl::OkStatus();
 }
 

@@ -47,6 +47,12 @@
 //     where keys move between tiers; keys found in RAM never wait for the disk. A move the disk
 //     refuses (full, past disk_max_bytes) fails the op with kResourceExhausted and moves nothing;
 //     a corrupt tier file is kDataLoss naming it.
+//   - Stored formats (DynamicTableDef.row_format, slot_format; ps/row_format.h): rows in float16,
+//     bfloat16 or int8 with the row's range, slots in float16 or bfloat16. Lookups, exports (unless
+//     asked for the stored format), checkpoints and the optimizer see float32: a row is converted
+//     as it is read and rounded as it is stored, stochastically for updates (gradients,
+//     assign-adds), to nearest for values set (initial rows, assigns, restores). The disk tier
+//     keeps records as RAM does.
 //
 // Thread-safe. Finds and updates of existing keys lock one stripe at a time, and so do a training
 // lookup's inserts when no key can be turned away (no admission, no capacity: room is reserved in
@@ -89,6 +95,7 @@
 #include "ps/dynamic_records.h"
 #include "ps/memory_budget.h"
 #include "ps/optimizers.h"
+#include "ps/row_format.h"
 #include "ps/update_view.h"
 
 namespace pstrain {
@@ -100,14 +107,15 @@ struct DynamicOpContext {
   bool track_erasures = false;  // remember erased and evicted keys (for incremental saves)
 };
 
-// One record as a checkpoint or an export sees it. `data` is the row then each slot's row (dim
-// floats each); valid while the shard is not changed.
+// One record as a checkpoint or an export sees it. `data` is the row then each slot's row as the
+// shard stores them (record_data_bytes(); DynamicShard::DecodeRecord reads them as floats); valid
+// while the shard is not changed.
 struct DynamicRecordView {
   int64_t key = 0;
   int64_t step = 0;       // the last global step that touched it
   uint32_t count = 0;     // training-lookup sightings
   uint32_t generation = 0;
-  const float* data = nullptr;
+  const char* data = nullptr;
 };
 
 // A record to put back (restore): the same fields, owned.
@@ -137,7 +145,7 @@ class DynamicDiskRecords {
   const DynamicShard* shard_;
   std::unique_ptr<DiskTier::Reader> reader_;
   uint32_t since_;
-  std::vector<float> floats_;
+  std::string data_;
 };
 
 class DynamicShard {
@@ -159,11 +167,19 @@ class DynamicShard {
   const VariableShardDef& def() const { return def_; }
   const std::string& name() const { return def_.name(); }
   int64_t dim() const { return dim_; }
+  // Bytes of a row as lookups and updates carry it (float32).
   int64_t row_bytes() const { return dim_ * 4; }
   int num_slots() const { return num_slots_; }
   const Optimizer* optimizer() const { return optimizer_.get(); }
-  // Floats per record: the row and each slot's row.
+  // Floats per record read as float32: the row and each slot's row.
   int64_t record_floats() const { return dim_ * (1 + num_slots_); }
+  // How the row and the slots are stored (ps/row_format.h), and the bytes they take.
+  RowFormat row_format() const { return row_format_; }
+  RowFormat slot_format() const { return slot_format_; }
+  int64_t stored_row_bytes() const { return stored_row_bytes_; }
+  int64_t record_data_bytes() const { return stored_row_bytes_ + num_slots_ * stored_slot_bytes_; }
+  // A record's stored data (a view's, a tier's value after the header) as record_floats() floats.
+  void DecodeRecord(const char* data, float* out) const;
   // Bytes of one record (header, row, slots; a multiple of 8).
   int64_t record_bytes() const { return layout_.record_bytes; }
   // The shard's capacity in keys (0: none); with a disk tier, in RAM.
@@ -217,9 +233,10 @@ class DynamicShard {
   absl::Status Update(const UpdateOpView& op, const DynamicOpContext& ctx, ThreadPool* pool);
 
   // Up to `max_keys` keys from `cursor` (see ExportRequest): RAM's stripes, then the disk tier in
-  // key order. Errors: kInvalidArgument (a malformed cursor); kDataLoss (a corrupt tier file).
+  // key order; with `stored_format`, values as stored (stored_row_bytes() each), else float32.
+  // Errors: kInvalidArgument (a malformed cursor); kDataLoss (a corrupt tier file).
   absl::Status Export(absl::string_view cursor, int64_t max_keys, bool with_slots,
-                      ExportResponse* response) const;
+                      ExportResponse* response, bool stored_format = false) const;
 
   DynamicShardStats Stats() const;
   // The stripe that holds `key` (for tests of how work is spread).
@@ -292,6 +309,16 @@ class DynamicShard {
   // Asserts (and tells the analysis) that the caller holds `s`'s lock: code that runs with every
   // stripe locked (LockAll) calls it before it touches a stripe.
   static void AssertHeld(const Stripe& s) ABSL_ASSERT_EXCLUSIVE_LOCK(s.mu) { s.mu.AssertHeld(); }
+
+  // ---- Stored rows (ps/row_format.h). Every row is stored as float32 (plain_), or converted here.
+  // A record's stored data, after its header.
+  static char* Data(char* record) { return record + kHeaderBytes; }
+  static const char* Data(const char* record) { return record + kHeaderBytes; }
+  // The row of the record data `data` as row_bytes() bytes of floats at `out`.
+  void ReadRow(const char* data, char* out) const;
+  // Stores record_floats() floats (row, then slots) as record data: stochastically rounded with
+  // `bits` (an update), to nearest without.
+  void StoreRecord(const float* floats, char* data, RoundingBits* bits) const;
 
   // ---- One stripe, its lock held (a stripe's table and erasures are passed in by reference:
   // reaching them needs the lock).
@@ -391,6 +418,11 @@ class DynamicShard {
   VariableShardDef def_;
   int64_t dim_ = 0;
   int num_slots_ = 0;
+  RowFormat row_format_ = ROW_FLOAT32;
+  RowFormat slot_format_ = ROW_FLOAT32;
+  int64_t stored_row_bytes_ = 0;
+  int64_t stored_slot_bytes_ = 0;
+  bool plain_ = true;  // row and slots in float32
   RecordLayout layout_;
   int64_t capacity_ = 0;
   std::unique_ptr<Optimizer> optimizer_;
@@ -409,6 +441,8 @@ class DynamicShard {
   // Where requests start taking stripes (ForEachStripe): each the next.
   mutable std::atomic<uint32_t> next_start_{0};
   std::atomic<int64_t> apply_count_{0};
+  // Ops that rounded stored rows stochastically (each op's rounding streams derive from its number).
+  std::atomic<uint64_t> rounding_ops_{0};
   // Stats.
   std::atomic<int64_t> admitted_{0}, rejected_{0}, evicted_ttl_{0}, evicted_capacity_{0},
       erased_{0}, dropped_gradients_{0}, moved_to_disk_{0}, moved_to_ram_{0};

@@ -1,6 +1,7 @@
 #include "ps/dynamic_shard.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <random>
@@ -16,6 +17,7 @@
 #include "partitioners/key_routing.h"
 #include "ps/dynamic_test_util.h"
 #include "ps/initializers.h"
+#include "ps/row_format.h"
 
 namespace pstrain {
 namespace {
@@ -542,6 +544,118 @@ TEST(DynamicShardTest, BytesPerKey_AtMostOneAndAHalfRowAndSlots) {
   }
   const double per_key = static_cast<double>(shard->BytesHeld()) / shard->Size();
   EXPECT_LE(per_key, 1.5 * 128) << per_key;
+}
+
+// ---- Stored formats (ps/row_format.h).
+
+VariableShardDef Stored(RowFormat rows, RowFormat slots = ROW_FLOAT32) {
+  VariableShardDef def = Def();
+  def.mutable_dynamic()->set_row_format(rows);
+  def.mutable_dynamic()->set_slot_format(slots);
+  return def;
+}
+
+TEST(DynamicShardTest, Create_Int8Slots_InvalidArgument) {
+  EXPECT_THAT(DynamicShard::Create(Stored(ROW_FLOAT16, ROW_INT8), nullptr),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("slot_format")));
+}
+
+// Bytes per key of a width-16 Adagrad table in each format, as the records lay them out.
+TEST(DynamicShardTest, StoredFormats_RecordsShrinkByTheirRows) {
+  auto bytes = [](RowFormat rows, RowFormat slots) {
+    VariableShardDef def = Stored(rows, slots);
+    def.clear_full_shape();
+    def.add_full_shape(16);
+    def.mutable_dynamic()->set_dim(16);
+    return Make(def)->record_bytes();
+  };
+  // Header, row and slot (padded where it keeps a lookup's header and row on fewer cache lines).
+  EXPECT_EQ(bytes(ROW_FLOAT32, ROW_FLOAT32), 160);   // 24 + 64 + 64 (+ 8)
+  EXPECT_EQ(bytes(ROW_FLOAT16, ROW_FLOAT32), 128);   // 24 + 32 + 64 (+ 8)
+  EXPECT_EQ(bytes(ROW_BFLOAT16, ROW_BFLOAT16), 96);  // 24 + 32 + 32 (+ 8)
+  EXPECT_EQ(bytes(ROW_INT8, ROW_BFLOAT16), 80);      // 24 + 24 + 32
+}
+
+// The same stream of lookups and gradients on a table in each format and one in float32: every
+// lookup reads the stored row exactly as float32 (the stored export, decoded), and the rows stay
+// within a few of the format's steps of float32's (stochastic rounding is unbiased: the errors
+// don't pile up over 300 updates).
+TEST(DynamicShardTest, StoredFormats_TrackTheFloat32Table) {
+  struct Case {
+    RowFormat rows, slots;
+    float tolerance;  // largest |difference| from the float32 table's rows, which are in [-1, 1]
+  };
+  for (const Case& c : {Case{ROW_FLOAT16, ROW_FLOAT32, 0.01f}, Case{ROW_BFLOAT16, ROW_BFLOAT16, 0.08f},
+                        Case{ROW_INT8, ROW_FLOAT16, 0.1f}}) {
+    SCOPED_TRACE(RowFormatName(c.rows));
+    std::unique_ptr<DynamicShard> reference = Make(Def());
+    std::unique_ptr<DynamicShard> stored = Make(Stored(c.rows, c.slots));
+    std::mt19937 rng(9);
+    std::normal_distribution<float> normal(0, 0.3f);
+    std::vector<int64_t> keys(40);
+    for (size_t i = 0; i < keys.size(); ++i) keys[i] = static_cast<int64_t>(i) * 101;
+    for (int64_t step = 1; step <= 300; ++step) {
+      Lookup(*reference, keys, /*insert=*/true, step);
+      Lookup(*stored, keys, /*insert=*/true, step);
+      std::vector<float> grads(keys.size() * kDim);
+      for (float& g : grads) g = normal(rng);
+      ASSERT_TRUE(Apply(*reference, UpdateOp::APPLY_GRADIENT, keys, grads, step).ok());
+      ASSERT_TRUE(Apply(*stored, UpdateOp::APPLY_GRADIENT, keys, grads, step).ok());
+    }
+    const std::vector<float> want = Lookup(*reference, keys, /*insert=*/false, 301);
+    const std::vector<float> got = Lookup(*stored, keys, /*insert=*/false, 301);
+    float worst = 0;
+    for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
+    EXPECT_LE(worst, c.tolerance);
+    EXPECT_GT(worst, 0.0f);  // it is stored in fewer bits
+    // A lookup reads exactly the stored row.
+    const std::map<int64_t, std::string> rows = ExportStored(*stored, /*chunk=*/1000);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      std::vector<float> decoded(kDim);
+      DecodeRow(c.rows, rows.at(keys[i]).data(), kDim, decoded.data());
+      EXPECT_EQ(decoded, Row(got, i)) << "key " << keys[i];
+    }
+  }
+}
+
+// A checkpoint holds float32 records: restored into a table of the same format they are the same
+// stored bytes; into a float32 table, the same values.
+TEST(DynamicShardTest, StoredFormats_RecordsRestoreExactly) {
+  for (RowFormat format : {ROW_FLOAT16, ROW_BFLOAT16, ROW_INT8}) {
+    SCOPED_TRACE(RowFormatName(format));
+    std::unique_ptr<DynamicShard> stored = Make(Stored(format, ROW_BFLOAT16));
+    std::vector<int64_t> keys(100);
+    for (size_t i = 0; i < keys.size(); ++i) keys[i] = static_cast<int64_t>(i) * 7 + 1;
+    std::mt19937 rng(4);
+    std::normal_distribution<float> normal(0, 1);
+    for (int64_t step = 1; step <= 20; ++step) {
+      Lookup(*stored, keys, /*insert=*/true, step);
+      std::vector<float> grads(keys.size() * kDim);
+      for (float& g : grads) g = normal(rng);
+      ASSERT_TRUE(Apply(*stored, UpdateOp::APPLY_GRADIENT, keys, grads, step).ok());
+    }
+    std::vector<DynamicRecord> saved;
+    ASSERT_TRUE(stored
+                    ->ForEachRecord(0,
+                                    [&](const DynamicRecordView& v) {
+                                      DynamicRecord r{v.key, v.step, v.count, {}};
+                                      r.data.resize(stored->record_floats());
+                                      stored->DecodeRecord(v.data, r.data.data());
+                                      saved.push_back(r);
+                                    })
+                    .ok());
+    std::unique_ptr<DynamicShard> same = Make(Stored(format, ROW_BFLOAT16));
+    std::unique_ptr<DynamicShard> wide = Make(Def());
+    for (const DynamicRecord& r : saved) {
+      ASSERT_TRUE(same->PutRecord(r).ok());
+      ASSERT_TRUE(wide->PutRecord(r).ok());
+    }
+    EXPECT_EQ(ExportStored(*same, 1000), ExportStored(*stored, 1000));
+    EXPECT_EQ(ExportAll(*same, 1000, /*with_slots=*/true),
+              ExportAll(*stored, 1000, /*with_slots=*/true));
+    EXPECT_EQ(ExportAll(*wide, 1000, /*with_slots=*/true),
+              ExportAll(*stored, 1000, /*with_slots=*/true));
+  }
 }
 
 }  // namespace

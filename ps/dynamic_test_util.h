@@ -126,6 +126,29 @@ inline std::map<int64_t, std::vector<float>> ExportAll(const DynamicShard& shard
   return all;
 }
 
+// Every key's row as the shard stores it (Export with stored_format).
+inline std::map<int64_t, std::string> ExportStored(const DynamicShard& shard, int64_t chunk) {
+  std::map<int64_t, std::string> all;
+  std::string cursor;
+  const int64_t rb = shard.stored_row_bytes();
+  do {
+    ExportResponse r;
+    absl::Status s =
+        shard.Export(cursor, chunk, /*with_slots=*/false, &r, /*stored_format=*/true);
+    EXPECT_TRUE(s.ok()) << s;
+    if (!s.ok()) break;
+    const int64_t n = static_cast<int64_t>(r.keys().size() / 8);
+    EXPECT_EQ(static_cast<int64_t>(r.values().size()), n * rb);
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t key;
+      std::memcpy(&key, r.keys().data() + 8 * i, 8);
+      EXPECT_TRUE(all.emplace(key, r.values().substr(i * rb, rb)).second) << "key " << key;
+    }
+    cursor = r.next_cursor();
+  } while (!cursor.empty());
+  return all;
+}
+
 }  // namespace dynamic_test
 }  // namespace pstrain
 

@@ -57,7 +57,9 @@ struct Saved {
 std::map<int64_t, Saved> Records(const DynamicShard& shard) {
   std::map<int64_t, Saved> out;
   absl::Status s = shard.ForEachRecord(/*since=*/0, [&](const DynamicRecordView& v) {
-    out[v.key] = {v.step, v.count, std::vector<float>(v.data, v.data + shard.record_floats())};
+    std::vector<float> floats(static_cast<size_t>(shard.record_floats()));
+    shard.DecodeRecord(v.data, floats.data());
+    out[v.key] = {v.step, v.count, floats};
   });
   EXPECT_TRUE(s.ok()) << s;
   return out;
@@ -73,12 +75,18 @@ std::vector<int64_t> Range(int64_t n) {
 // assigns, assign-adds and erasures, run on an all-in-RAM shard and on one whose RAM holds 48
 // keys of ~300; every lookup reads the same rows, and the tables end equal (records with their
 // steps, counts, rows and slots; exports).
-void RunDifferential(int64_t ttl_steps, int32_t admit_min_count, uint32_t seed) {
+// With stored formats (rows and slots in fewer bits), both tables store the same bytes: the tier
+// moves a record as it is stored, and stochastic rounding depends on the op and the key alone.
+void RunDifferential(int64_t ttl_steps, int32_t admit_min_count, uint32_t seed,
+                     RowFormat row_format = ROW_FLOAT32, RowFormat slot_format = ROW_FLOAT32) {
   SCOPED_TRACE(testing::Message() << "ttl " << ttl_steps << ", admission " << admit_min_count
-                                  << ", seed " << seed);
+                                  << ", seed " << seed << ", rows " << RowFormatName(row_format)
+                                  << ", slots " << RowFormatName(slot_format));
   VariableShardDef plain_def = Def();
   plain_def.mutable_dynamic()->set_ttl_steps(ttl_steps);
   plain_def.mutable_dynamic()->set_admit_min_count(admit_min_count);
+  plain_def.mutable_dynamic()->set_row_format(row_format);
+  plain_def.mutable_dynamic()->set_slot_format(slot_format);
   VariableShardDef tiered_def = plain_def;
   tiered_def.mutable_dynamic()->set_max_rows(48);
   tiered_def.mutable_dynamic()->set_disk_tier(true);
@@ -129,7 +137,12 @@ void RunDifferential(int64_t ttl_steps, int32_t admit_min_count, uint32_t seed) 
   EXPECT_GT(stats.disk_hits(), 100);
   EXPECT_GT(stats.disk_bytes_written(), 0);
   EXPECT_EQ(stats.disk_bytes(),
-            stats.disk_keys() * (DynamicShard::kHeaderBytes + tiered->record_floats() * 4));
+            stats.disk_keys() * (DynamicShard::kHeaderBytes + tiered->record_data_bytes()));
+  if (row_format != ROW_FLOAT32) {
+    EXPECT_LT(tiered->record_data_bytes(), tiered->record_floats() * 4);
+    // The stored rows, exported as they are: the same bytes.
+    EXPECT_EQ(ExportStored(*tiered, /*chunk=*/7), ExportStored(*plain, /*chunk=*/1000));
+  }
 }
 
 TEST(DynamicTierTest, Differential_SameTableAsAllInRam) { RunDifferential(0, 0, 1); }
@@ -137,6 +150,12 @@ TEST(DynamicTierTest, Differential_WithAdmission_SameTableAsAllInRam) { RunDiffe
 TEST(DynamicTierTest, Differential_WithTtl_SameTableAsAllInRam) { RunDifferential(25, 0, 3); }
 TEST(DynamicTierTest, Differential_WithTtlAndAdmission_SameTableAsAllInRam) {
   RunDifferential(40, 3, 4);
+}
+TEST(DynamicTierTest, Differential_Float16RowsBfloat16Slots_SameTableAsAllInRam) {
+  RunDifferential(0, 0, 5, ROW_FLOAT16, ROW_BFLOAT16);
+}
+TEST(DynamicTierTest, Differential_Int8RowsWithTtlAndAdmission_SameTableAsAllInRam) {
+  RunDifferential(30, 2, 6, ROW_INT8, ROW_FLOAT16);
 }
 
 TEST(DynamicTierTest, Create_WithoutAStore_InvalidArgument) {

@@ -246,7 +246,8 @@ absl::Status WriteDynamicTable(rocksdb::SstFileWriter* writer, const std::string
         std::memcpy(out, &v.key, 8);
         std::memcpy(out + 8, &v.step, 8);
         std::memcpy(out + 16, &v.count, 4);
-        std::memcpy(out + kRecordEntryHeader, v.data, static_cast<size_t>(4 * floats));
+        // As float32 (whatever the shards' stored format: a restore may choose another).
+        shards.front()->DecodeRecord(v.data, reinterpret_cast<float*>(out + kRecordEntryHeader));
         if (ram) {
           ++next_ram;
         } else {  // copied out: the source moves on

@@ -633,7 +633,8 @@ absl::Status VariableStore::Export(const ExportRequest& request, ExportResponse*
     return absl::NotFoundError(
         absl::StrCat("export: unknown dynamic table shard \"", request.shard(), "\" on this ps"));
   }
-  return shard->Export(request.cursor(), request.max_keys(), request.with_slots(), response);
+  return shard->Export(request.cursor(), request.max_keys(), request.with_slots(), response,
+                       request.stored_format());
 }
 
 absl::StatusOr<SaveShardsResponse> VariableStore::SaveShards(const SaveShardsRequest& request) {
