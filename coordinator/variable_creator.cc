@@ -1,6 +1,7 @@
 #include "coordinator/variable_creator.h"
 
 #include "absl/strings/str_cat.h"
+#include "ps/row_format.h"
 #include "common/status_macros.h"
 
 namespace pstrain {
@@ -128,6 +129,9 @@ absl::StatusOr<DynamicTable> VariableCreator::CreateTable(const TableSpec& spec)
   DynamicTableDef dynamic = spec.options;
   dynamic.set_dim(spec.dim);
   if (placement_.tables_disk_tier) dynamic.set_disk_tier(true);
+  if (placement_.tables_row_format) dynamic.set_row_format(*placement_.tables_row_format);
+  if (placement_.tables_slot_format) dynamic.set_slot_format(*placement_.tables_slot_format);
+  dynamic.set_row_format(StoredFormatFor(dynamic.row_format(), spec.dim));
   const std::string key =
       absl::StrCat(num_shards, "|", dynamic.SerializeAsString(), "|",
                    spec.initializer.SerializeAsString(), "|",

@@ -75,6 +75,11 @@ struct PlacementOptions {
   // Every dynamic table gets a disk tier (DynamicTableDef.disk_tier: rows past the ps's memory
   // budget move to its disk instead of failing the job). Default false: a table's own option.
   bool tables_disk_tier = false;
+  // Every dynamic table stores its rows / its optimizer slots in this format (ps/row_format.h).
+  // Default unset: each table's own DynamicTableDef.row_format / slot_format. Either way, a table
+  // of width 10 or less asked for int8 rows gets bfloat16 (StoredFormatFor).
+  std::optional<RowFormat> tables_row_format;
+  std::optional<RowFormat> tables_slot_format;
 };
 
 // Thread-safe.

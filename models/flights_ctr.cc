@@ -189,6 +189,8 @@ absl::StatusOr<FlightsCtrConfig> FlightsCtrConfigFromOptions(const ModelOptions&
   ASSIGN_OR_RETURN(int64_t min_count, extra.GetInt("min_count", 0));
   ASSIGN_OR_RETURN(c.ttl_steps, extra.GetInt("ttl_steps", 0));
   ASSIGN_OR_RETURN(c.max_keys, extra.GetInt("max_keys", 0));
+  const std::string row_format = extra.GetString("row_format", "float32");
+  const std::string slot_format = extra.GetString("slot_format", "float32");
   ASSIGN_OR_RETURN(c.features, ParseFlightFeatures(extra.GetString("features", "all")));
   c.shape.features = static_cast<int64_t>(c.features.size());
   c.flights.path = options.data.empty() ? "data/flights/flights.csv" : options.data;
@@ -239,6 +241,15 @@ absl::StatusOr<FlightsCtrConfig> FlightsCtrConfigFromOptions(const ModelOptions&
   if (min_count < 0 || min_count > 255) return bad("min_count must be in [0, 255]");
   c.admit_min_count = static_cast<int>(min_count);
   if (c.ttl_steps < 0 || c.max_keys < 0) return bad("ttl_steps and max_keys must be >= 0");
+  if (!ParseRowFormat(row_format, &c.row_format).ok()) {
+    return bad(absl::StrCat("row_format=", row_format, " must be float32, float16, bfloat16 or int8"));
+  }
+  if (!ParseRowFormat(slot_format, &c.slot_format).ok() || c.slot_format == ROW_INT8) {
+    return bad(absl::StrCat("slot_format=", slot_format, " must be float32, float16 or bfloat16"));
+  }
+  if (!c.dynamic && (c.row_format != ROW_FLOAT32 || c.slot_format != ROW_FLOAT32)) {
+    return bad("row_format and slot_format are for embedding=dynamic");
+  }
   if (c.hash_rows < 1 || c.hash_rows > (int64_t{1} << 40)) {
     return bad("hash_rows must be in [1, 2^40]");
   }
@@ -330,6 +341,8 @@ std::vector<TableSpec> FlightsCtrTables(const FlightsCtrConfig& c) {
   options.set_admit_min_count(c.admit_min_count);
   options.set_ttl_steps(c.ttl_steps);
   options.set_max_rows(c.max_keys);
+  options.set_row_format(c.row_format);
+  options.set_slot_format(c.slot_format);
   TableSpec emb;
   emb.name = kCtrEmbedding;
   emb.dim = c.shape.dim;

@@ -33,6 +33,9 @@
 //   ttl_steps        dynamic: keys untouched for more steps are evicted (default 0: never)
 //   max_keys         dynamic: the most keys per table, least recently used evicted (default 0: no
 //                    limit)
+//   row_format       dynamic: rows stored as float32 (default), float16, bfloat16 or int8
+//   slot_format      dynamic: Adagrad's accumulators stored as float32 (default), float16 or
+//                    bfloat16 (ps/row_format.h)
 //   hash_rows        hashed: rows of the two hashed tables (default 4194304 = 2^22)
 //   hidden           the MLP's hidden units (default 64)
 //   dense_learning_rate  Adagrad's rate for the dense weights, which get mean-loss gradients
@@ -69,6 +72,7 @@
 #include "models/flights_ctr_lookup.h"  // the variables' names
 #include "models/flights_data.h"
 #include "models/model.h"
+#include "ps/row_format.h"
 
 namespace pstrain {
 
@@ -97,6 +101,8 @@ struct FlightsCtrConfig {
   int admit_min_count = 0;
   int64_t ttl_steps = 0;
   int64_t max_keys = 0;
+  RowFormat row_format = ROW_FLOAT32;   // dynamic tables' rows
+  RowFormat slot_format = ROW_FLOAT32;  // and their Adagrad slots
   // Where the workers compute (ModelOptions::devices).
   WorkerDevices devices;
   // Steps of one worker in the dense part at once (ModelOptions::dense_turns).

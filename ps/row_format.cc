@@ -84,6 +84,13 @@ int64_t RowBytes(RowFormat format, int64_t dim) {
   }
 }
 
+RowFormat StoredFormatFor(RowFormat asked, int64_t dim) {
+  if (asked == ROW_INT8 && RowBytes(ROW_INT8, dim) >= RowBytes(ROW_BFLOAT16, dim)) {
+    return ROW_BFLOAT16;
+  }
+  return asked;
+}
+
 const char* RowFormatName(RowFormat format) {
   switch (format) {
     case ROW_FLOAT16:

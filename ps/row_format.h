@@ -38,6 +38,11 @@ namespace pstrain {
 
 // Bytes of one stored row of `dim` elements (a multiple of 4).
 int64_t RowBytes(RowFormat format, int64_t dim);
+// The format a table of width `dim` asked to store `asked` gets from the coordinator: INT8's
+// 8 bytes of range per row make rows of 10 or fewer elements no smaller than BFLOAT16's, which
+// are also finer (8 significant bits per element rather than 8 bits over the row's range), so
+// those get BFLOAT16. (A DynamicTableDef given to a ps directly is taken as it is.)
+RowFormat StoredFormatFor(RowFormat asked, int64_t dim);
 // "float32", "float16", "bfloat16", "int8".
 const char* RowFormatName(RowFormat format);
 // The reverse of RowFormatName. Errors: kInvalidArgument listing the names.

@@ -57,6 +57,15 @@ TEST(RowFormatTest, RowBytes_EachFormat_ItsBytesPerElementPaddedToFour) {
   EXPECT_EQ(RowBytes(ROW_INT8, 5), 16);
 }
 
+TEST(RowFormatTest, StoredFormatFor_NarrowInt8Rows_Bfloat16) {
+  EXPECT_EQ(StoredFormatFor(ROW_INT8, 1), ROW_BFLOAT16);
+  EXPECT_EQ(StoredFormatFor(ROW_INT8, 8), ROW_BFLOAT16);
+  EXPECT_EQ(StoredFormatFor(ROW_INT8, 10), ROW_BFLOAT16);  // 20 bytes either way
+  EXPECT_EQ(StoredFormatFor(ROW_INT8, 11), ROW_INT8);
+  EXPECT_EQ(StoredFormatFor(ROW_INT8, 16), ROW_INT8);
+  EXPECT_EQ(StoredFormatFor(ROW_FLOAT16, 1), ROW_FLOAT16);
+}
+
 TEST(RowFormatTest, ParseRowFormat_UnknownName_ListsTheFormats) {
   RowFormat f = ROW_FLOAT32;
   ASSERT_TRUE(ParseRowFormat("bfloat16", &f).ok());

@@ -98,6 +98,11 @@ class Exporter {
       if (sv.has_dynamic()) {
         v.kind = ExportedVariable::Kind::kTable;
         v.default_value = sv.dynamic().default_value();
+        RowFormat format = sv.dynamic().row_format();
+        if (!options_.table_format.empty()) {
+          ParseRowFormat(options_.table_format, &format).IgnoreError();  // checked by ExportModel
+        }
+        v.dtype = RowFormatName(StoredFormatFor(format, v.shape.empty() ? 1 : v.shape[0]));
         int64_t before = 0;
         RETURN_IF_ERROR(WriteTable(v, &before, &result.bytes));
         tables[v.name] = before;
@@ -171,6 +176,12 @@ class Exporter {
         t.initializer = sv.initializer();
         if (sv.has_optimizer()) t.optimizer = sv.optimizer();
         t.options = sv.dynamic();
+        // The ps stores the restored rows in the format asked for (and serves exports in it).
+        if (!options_.table_format.empty()) {
+          RowFormat format;
+          RETURN_IF_ERROR(ParseRowFormat(options_.table_format, &format));
+          t.options.set_row_format(format);
+        }
         RETURN_IF_ERROR(creator_->CreateTable(t).status());
       } else {
         VariableSpec v;
@@ -232,6 +243,7 @@ class Exporter {
     ExportRequest request;
     request.set_shard(shard);
     request.set_max_keys(65536);
+    request.set_stored_format(true);
     for (;;) {
       ExportResponse response;
       RETURN_IF_ERROR(client_->Export(request, &response));
@@ -250,7 +262,7 @@ class Exporter {
 
   absl::Status WriteTable(ExportedVariable& v, int64_t* before, int64_t* bytes) {
     const std::string shard = absl::StrCat(v.name, "/part_0");
-    const int64_t row_bytes = v.row_bytes();
+    const int64_t row_bytes = v.stored_row_bytes();
     // top_k: the keys to keep, by (count descending, key ascending).
     absl::flat_hash_set<int64_t> keep;
     if (options_.top_k > 0) {
@@ -329,6 +341,12 @@ absl::StatusOr<ExportResult> ExportModel(const ExportOptions& options) {
   }
   if (options.min_count < 0 || options.top_k < 0) {
     return absl::InvalidArgumentError("export: min_count and top_k must be >= 0");
+  }
+  if (!options.table_format.empty()) {
+    RowFormat format;
+    if (absl::Status s = ParseRowFormat(options.table_format, &format); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("export: --table_format: ", s.message()));
+    }
   }
   std::error_code ec;
   if (!options.overwrite && std::filesystem::exists(options.out, ec)) {

@@ -37,6 +37,10 @@ struct ExportOptions {
   // predictor; larger ones (hashed embedding tables) row by row, read through its cache. Default
   // kDenseVariableBytes (16 MiB).
   int64_t dense_bytes = kDenseVariableBytes;
+  // Dynamic tables' rows stored as this format ("float32", "float16", "bfloat16", "int8";
+  // ps/row_format.h), rounded to nearest from the checkpoint's float32. Empty (default): as each
+  // table was trained.
+  std::string table_format;
 };
 
 struct ExportResult {

@@ -1,7 +1,7 @@
 // Exports a checkpoint as a self-contained serving model (serving/export.h), with no cluster:
 //
 //   bazel run //coordinator:export -- --checkpoint=runs/flights_ctr/checkpoints \
-//       --out=models/flights_ctr/1 [--min_count=N] [--top_k=K] [--overwrite]
+//       --out=models/flights_ctr/1 [--min_count=N] [--top_k=K] [--table_format=F] [--overwrite]
 //
 // --checkpoint names one checkpoint (DIR/ckpt-NNNNNNNNNNNN) or a checkpoint directory (its BEST
 // checkpoint if marked, else its latest). Prints one JSON line (the model, checkpoint, variables,
@@ -25,12 +25,15 @@ ABSL_FLAG(bool, overwrite, false, "Replace --out if it exists.");
 ABSL_FLAG(int64_t, min_count, 0,
           "Dynamic tables: only keys seen in at least this many training lookups (0: all).");
 ABSL_FLAG(int64_t, top_k, 0, "Dynamic tables: only each table's K most frequent keys (0: all).");
+ABSL_FLAG(std::string, table_format, "",
+          "Dynamic tables' rows stored as float32, float16, bfloat16 or int8 (default: as trained).");
 
 int main(int argc, char** argv) {
   pstrain::InstallFailureSignalHandler(argv[0]);
   absl::SetProgramUsageMessage(
       "Exports a checkpoint as a serving model.\n"
-      "Usage: export --checkpoint=DIR[/ckpt-N] --out=MODEL_DIR [--min_count=N] [--top_k=K]");
+      "Usage: export --checkpoint=DIR[/ckpt-N] --out=MODEL_DIR [--min_count=N] [--top_k=K]\n"
+      "              [--table_format=float32|float16|bfloat16|int8]");
   absl::ParseCommandLine(argc, argv);
   pstrain::SetMinLogLevelFromEnv();
   if (const char* dir = std::getenv("BUILD_WORKING_DIRECTORY"); dir != nullptr && *dir != '\0') {
@@ -42,6 +45,7 @@ int main(int argc, char** argv) {
   options.overwrite = absl::GetFlag(FLAGS_overwrite);
   options.min_count = absl::GetFlag(FLAGS_min_count);
   options.top_k = absl::GetFlag(FLAGS_top_k);
+  options.table_format = absl::GetFlag(FLAGS_table_format);
   absl::StatusOr<pstrain::ExportResult> result = pstrain::ExportModel(options);
   if (!result.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(result.status().message()).c_str());

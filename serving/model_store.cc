@@ -219,12 +219,22 @@ class ModelStoreImpl final : public ModelStore {
         if (id < 0 || id >= var.shape[0]) return OutOfRange(var, id);
       }
     }
+    // A table's rows are kept (preloaded, cached) as stored, and served as float32.
+    const RowFormat format = var.row_format();
+    const int64_t srb = var.stored_row_bytes();
+    auto serve = [&](const char* stored, char* row) {
+      if (format == ROW_FLOAT32) {
+        std::memcpy(row, stored, rb);
+      } else {
+        DecodeRow(format, stored, rb / 4, reinterpret_cast<float*>(row));
+      }
+    };
     if (preload_all_) {
       const auto& rows = preloaded_[variable];
       for (size_t i = 0; i < ids.size(); ++i) {
         auto it = rows.find(ids[i]);
         if (it != rows.end()) {
-          std::memcpy(out + i * rb, it->second.data(), rb);
+          serve(it->second.data(), out + i * rb);
         } else {
           FillDefault(var, out + i * rb);
         }
@@ -233,8 +243,15 @@ class ModelStoreImpl final : public ModelStore {
     }
     // From the cache; the rest with one MultiGet.
     std::vector<size_t> missing;
+    std::string stored(static_cast<size_t>(srb), '\0');
     for (size_t i = 0; i < ids.size(); ++i) {
-      if (!cache_->Get(variable, ids[i], out + i * rb, rb)) missing.push_back(i);
+      if (format == ROW_FLOAT32) {
+        if (!cache_->Get(variable, ids[i], out + i * rb, rb)) missing.push_back(i);
+      } else if (cache_->Get(variable, ids[i], stored.data(), srb)) {
+        serve(stored.data(), out + i * rb);
+      } else {
+        missing.push_back(i);
+      }
     }
     if (missing.empty()) return absl::OkStatus();
     std::vector<std::string> keys;
@@ -259,11 +276,11 @@ class ModelStoreImpl final : public ModelStore {
         return DataLoss(db_path_, absl::StrCat(var.name, " row ", ids[missing[k]], ": ",
                                                statuses[k].ToString()));
       }
-      if (static_cast<int64_t>(values[k].size()) != rb) {
+      if (static_cast<int64_t>(values[k].size()) != srb) {
         return DataLoss(db_path_, absl::StrCat(var.name, " row ", ids[missing[k]], " has ",
-                                               values[k].size(), " bytes, not ", rb));
+                                               values[k].size(), " bytes, not ", srb));
       }
-      std::memcpy(row, values[k].data(), rb);
+      serve(values[k].data(), row);
       cache_->Put(variable, ids[missing[k]], values[k]);
     }
     return absl::OkStatus();
@@ -305,7 +322,8 @@ class ModelStoreImpl final : public ModelStore {
     int64_t count = 0;
     for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
       const rocksdb::Slice key = it->key(), value = it->value();
-      if (key.size() != prefix.size() + 8 || static_cast<int64_t>(value.size()) != var.row_bytes()) {
+      if (key.size() != prefix.size() + 8 ||
+          static_cast<int64_t>(value.size()) != var.stored_row_bytes()) {
         return DataLoss(db_path_, absl::StrCat(var.name, ": a malformed entry"));
       }
       crc = crc32c::Extend(crc, key.data(), key.size());
@@ -342,6 +360,17 @@ class ModelStoreImpl final : public ModelStore {
 
 }  // namespace
 
+RowFormat ExportedVariable::row_format() const {
+  RowFormat format = ROW_FLOAT32;
+  if (kind == Kind::kTable) ParseRowFormat(dtype, &format).IgnoreError();  // checked when parsed
+  return format;
+}
+
+int64_t ExportedVariable::stored_row_bytes() const {
+  if (kind != Kind::kTable) return row_bytes();
+  return RowBytes(row_format(), shape.empty() ? 1 : shape[0]);
+}
+
 int64_t ExportedVariable::row_bytes() const {
   int64_t width = 1;
   if (kind == Kind::kTable) {
@@ -349,7 +378,7 @@ int64_t ExportedVariable::row_bytes() const {
   } else {
     for (size_t i = 1; i < shape.size(); ++i) width *= shape[i];
   }
-  return width * (dtype == "int64" ? 8 : 4);
+  return width * (dtype == "int64" && kind != Kind::kTable ? 8 : 4);
 }
 
 nlohmann::json ModelManifest::ToJson() const {
@@ -418,7 +447,15 @@ absl::StatusOr<ModelManifest> ModelManifest::FromJson(const nlohmann::json& j,
       v.shape.push_back(d.get<int64_t>());
     }
     v.dtype = e.value("dtype", "float32");
-    if (v.dtype != "float32" && v.dtype != "int64") return bad("a dtype other than float32/int64");
+    if (v.kind == ExportedVariable::Kind::kTable) {
+      RowFormat format;
+      if (!ParseRowFormat(v.dtype, &format).ok()) {
+        return bad(absl::StrCat("table ", v.name, ": dtype ", v.dtype,
+                                " is not float32, float16, bfloat16 or int8"));
+      }
+    } else if (v.dtype != "float32" && v.dtype != "int64") {
+      return bad("a dtype other than float32/int64");
+    }
     v.count = e["count"].get<int64_t>();
     v.default_value = e.value("default_value", 0.0f);
     if (!absl::SimpleHexAtoi(e["crc32c"].get<std::string>(), &v.crc32c)) {

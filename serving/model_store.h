@@ -7,7 +7,9 @@
 //   MODEL_DIR/db/             one RocksDB database:
 //       "d" \0 <name>                 a dense variable (16 MiB or less), every row, little-endian
 //       "r" \0 <name> \0 <row, 8 BE>  a larger fixed variable (a hashed embedding table), by row
-//       "k" \0 <name> \0 <key, 8 BE>  a dynamic table's row, by key (as unsigned, big-endian)
+//       "k" \0 <name> \0 <key, 8 BE>  a dynamic table's row, by key (as unsigned, big-endian), as
+//                                     the table stored it (its dtype: float32, float16, bfloat16,
+//                                     int8 with the row's range; ps/row_format.h)
 //
 // Each variable's crc32c is the CRC-32C of its keys and values in key order. The optimizer slots
 // are not exported.
@@ -28,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "nlohmann/json.hpp"
+#include "ps/row_format.h"
 
 namespace pstrain {
 
@@ -42,11 +45,16 @@ struct ExportedVariable {
   std::string name;
   enum class Kind { kDense, kRows, kTable } kind = Kind::kDense;
   std::vector<int64_t> shape;  // fixed: the full shape; table: [dim]
-  std::string dtype = "float32";  // fixed variables may be "int64"
+  // Fixed variables may be "int64"; a table's rows may be stored as "float16", "bfloat16" or
+  // "int8" (ps/row_format.h), and are served as float32.
+  std::string dtype = "float32";
   int64_t count = 0;       // rows (fixed) or keys (table) exported
   float default_value = 0;  // table: each float of an absent key's row
   uint32_t crc32c = 0;
-  int64_t row_bytes() const;  // bytes of one row
+  int64_t row_bytes() const;  // bytes of one row as served
+  // A table's rows as stored (dtype), and their bytes in the database.
+  RowFormat row_format() const;
+  int64_t stored_row_bytes() const;
 };
 
 // The manifest's variables and facts, parsed. Errors: kDataLoss naming the file for a missing,

@@ -71,7 +71,9 @@ class ServingTest : public ::testing::Test {
  protected:
   // A noisy table (buyers in Oslo and Rome 80%, elsewhere 20%; income helps a little): the
   // predictions are away from 0 and 1, so float rounding stays far below the 1e-6 compared.
-  void WriteTabular(int train_rows, int test_rows) {
+  // `model` is added to the spec's model section (JSON text, double quotes).
+  void WriteTabular(int train_rows, int test_rows, const std::string& model = "",
+                    int embedding_dim = 4) {
     std::mt19937 rng(7);
     const char* cities[] = {"Oslo", "Rome", "Lima", "Kyiv", "Pune", "Graz"};
     auto write = [&](const std::string& path, int rows, std::vector<int>* labels) {
@@ -96,8 +98,11 @@ class ServingTest : public ::testing::Test {
                    {'name': 'month', 'type': 'datetime', 'column': 'when', 'part': 'month'},
                    {'name': 'city_x_tag', 'type': 'cross', 'of': ['city', 'tag']}],
       'split': {'test_data': 'TEST'},
-      'model': {'type': 'wide_and_deep', 'embedding_dim': 4, 'hidden': [8]}})",
-                                                             {{"'", "\""}, {"TEST", dir_ + "/test.csv"}});
+      'model': {'type': 'wide_and_deep', 'embedding_dim': DIM, 'hidden': [8] MODEL}})",
+                                                             {{"'", "\""},
+                                                              {"TEST", dir_ + "/test.csv"},
+                                                              {"DIM", std::to_string(embedding_dim)},
+                                                              {"MODEL", model}});
   }
 
   // Trains the tabular model (2 workers, 2 ps) with checkpoints in `ckpt`.
@@ -151,6 +156,59 @@ TEST_F(ServingTest, Tabular_ExportedPredictorMatchesClusterEvaluation_WithAnyCac
               1e-6);
   EXPECT_EQ(predictions[1], predictions[0]);  // the same floats through the cache
   EXPECT_EQ(predictions[2], predictions[0]);  // and with no cache at all
+}
+
+// Tables trained in bfloat16 (rows and slots) export as bfloat16, and the predictor serves those
+// rows exactly as the cluster's evaluation read them; re-exported as int8, the embeddings (width
+// 12; the wide part's width-1 tables stay bfloat16, smaller there) are smaller and the model
+// predicts nearly the same.
+TEST_F(ServingTest, Tabular_TablesInFewerBits_ExportedAsStoredAndServed) {
+  WriteTabular(/*train_rows=*/3000, /*test_rows=*/800,
+               R"(, "row_format": "bfloat16", "slot_format": "bfloat16")", /*embedding_dim=*/12);
+  auto trained = TrainTabular(dir_ + "/ckpt");
+  ASSERT_TRUE(trained.ok()) << trained.status();
+  const RawExamples test = ReadCsv(dir_ + "/test.csv");
+  auto serve = [&](const std::string& model, int64_t cache) {
+    PredictorOptions options;
+    options.store.cache_bytes = cache;
+    auto predictor = Predictor::Load(model, options);
+    EXPECT_TRUE(predictor.ok()) << predictor.status();
+    std::vector<float> out;
+    if (predictor.ok()) EXPECT_TRUE((*predictor)->Predict(test, &out).ok());
+    return out;
+  };
+  ExportOptions ex;
+  ex.checkpoint = dir_ + "/ckpt";
+  ex.out = dir_ + "/bf16";
+  auto bf16 = ExportModel(ex);
+  ASSERT_TRUE(bf16.ok()) << bf16.status();
+  ex.out = dir_ + "/int8";
+  ex.table_format = "int8";
+  auto int8 = ExportModel(ex);
+  ASSERT_TRUE(int8.ok()) << int8.status();
+  int tables = 0;
+  for (size_t v = 0; v < bf16->manifest.variables.size(); ++v) {
+    if (bf16->manifest.variables[v].kind != ExportedVariable::Kind::kTable) continue;
+    ++tables;
+    EXPECT_EQ(bf16->manifest.variables[v].dtype, "bfloat16");
+    EXPECT_EQ(int8->manifest.variables[v].dtype,
+              bf16->manifest.variables[v].shape[0] == 12 ? "int8" : "bfloat16");
+    EXPECT_EQ(int8->manifest.variables[v].count, bf16->manifest.variables[v].count);
+  }
+  EXPECT_GT(tables, 0);
+  EXPECT_LT(int8->bytes, bf16->bytes);
+
+  const std::vector<float> from_bf16 = serve(dir_ + "/bf16", -1);
+  EXPECT_NEAR(LogLoss(from_bf16, tabular_labels_), trained->metrics.values["test_logloss"], 1e-6);
+  EXPECT_EQ(serve(dir_ + "/bf16", 0), from_bf16);
+  const std::vector<float> from_int8 = serve(dir_ + "/int8", -1);
+  EXPECT_EQ(serve(dir_ + "/int8", 0), from_int8);
+  EXPECT_NE(from_int8, from_bf16);
+  EXPECT_NEAR(LogLoss(from_int8, tabular_labels_), LogLoss(from_bf16, tabular_labels_), 0.01);
+
+  ex.table_format = "int4";
+  EXPECT_THAT(ExportModel(ex).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("int4")));
 }
 
 TEST_F(ServingTest, Tabular_ReexportSameManifest_FiltersKeepWhatTheySay) {

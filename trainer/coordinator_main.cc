@@ -32,6 +32,7 @@
 #include "cluster/spec_flag.h"
 #include "absl/time/clock.h"
 #include "coordinator/cluster_coordinator.h"
+#include "ps/row_format.h"
 #include "cluster/cluster_spec.h"
 #include "worker/closure_registry.h"
 #include "cluster/task_health.h"
@@ -173,6 +174,13 @@ ABSL_FLAG(bool, disk_tier, false,
           "local disk (RocksDB) and come back when used, instead of the job failing at the "
           "budget. With an in-process cluster, --ps_disk_dir says where; separate ps_server "
           "processes take --disk_dir.");
+ABSL_FLAG(std::string, table_format, "",
+          "Every dynamic table stores its rows as float32, float16, bfloat16 or int8 (with each "
+          "row's range); lookups and the optimizer still compute in float32, updates are rounded "
+          "stochastically. Empty: each table's own (a spec's model.row_format; float32).");
+ABSL_FLAG(std::string, table_slot_format, "",
+          "Every dynamic table stores its optimizer slots as float32, float16 or bfloat16. Empty: "
+          "each table's own (a spec's model.slot_format; float32).");
 ABSL_FLAG(std::string, ps_disk_dir, "",
           "In-process cluster: where each ps task's disk tiers go (empty: a temporary directory).");
 ABSL_FLAG(std::string, logdir, "runs/{model}",
@@ -387,6 +395,22 @@ int RunTrainJob(const JobPlan& plan) {
   trainer.checkpoint_every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
   trainer.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
   trainer.placement.tables_disk_tier = absl::GetFlag(FLAGS_disk_tier);
+  if (const std::string rows = absl::GetFlag(FLAGS_table_format); !rows.empty()) {
+    RowFormat format;
+    if (!ParseRowFormat(rows, &format).ok()) {
+      return Fail(absl::StrCat("--table_format=", rows,
+                               " must be float32, float16, bfloat16 or int8"));
+    }
+    trainer.placement.tables_row_format = format;
+  }
+  if (const std::string slots = absl::GetFlag(FLAGS_table_slot_format); !slots.empty()) {
+    RowFormat format;
+    if (!ParseRowFormat(slots, &format).ok() || format == ROW_INT8) {
+      return Fail(absl::StrCat("--table_slot_format=", slots,
+                               " must be float32, float16 or bfloat16"));
+    }
+    trainer.placement.tables_slot_format = format;
+  }
   trainer.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
   trainer.checkpoint_incremental = absl::GetFlag(FLAGS_checkpoint_incremental);
   trainer.full_checkpoint_every = absl::GetFlag(FLAGS_full_checkpoint_every);

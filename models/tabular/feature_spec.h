@@ -33,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "proto/ps_service.pb.h"
+#include "ps/row_format.h"
 
 namespace pstrain {
 namespace tabular {
@@ -108,6 +109,11 @@ struct ModelSpec {
   std::vector<int64_t> hidden = {64};
   Interaction interaction = Interaction::kNone;
   double init_stddev = 0.01;
+  // How the dynamic tables store their rows and their optimizer slots (ps/row_format.h):
+  // "row_format": float32 (default), float16, bfloat16, int8; "slot_format": float32 (default),
+  // float16, bfloat16.
+  RowFormat row_format = ROW_FLOAT32;
+  RowFormat slot_format = ROW_FLOAT32;
   // Per part: the embeddings (the deep part's tables), the wide part (its tables and numeric
   // weights, and the baseline's), the dense layers. Defaults: Adagrad, the dense layers at 0.2;
   // the embeddings and the wide part at 0.05 * min(1, 16 / inputs), inputs = the number of

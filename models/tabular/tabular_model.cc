@@ -326,6 +326,8 @@ class TabularModel final : public Model {
       }
       DynamicTableDef options;
       options.set_admit_min_count(static_cast<int>(mc));
+      options.set_row_format(spec_.model.row_format);
+      options.set_slot_format(spec_.model.slot_format);
       auto table = [&](const char* base, int64_t dim, const OptimizerDef& opt, bool random,
                        uint64_t salt) -> absl::Status {
         TableSpec t;
