@@ -5,6 +5,7 @@
 //   bazel run -c opt //bench:dynamic_table_bench -- --keys=262144 --seconds=0.5 --tier_keys=200000
 //                                                                 # quick
 //   bazel run -c opt //bench:dynamic_table_bench -- --tier_only   # the disk tier's figures (~6 min)
+//   bazel run -c opt //bench:dynamic_table_bench -- --formats_only  # stored formats (~1 min)
 //
 // Both tables hold 4M keys (rows) of 16 float32 with Adagrad; requests carry 16,384 uniform random
 // keys (the fixed table's ids are rows 0..N-1, the dynamic table's keys MixKey of those, so both
@@ -27,6 +28,10 @@
 //   --tier_keys_per_request keys drawn uniformly or Zipf-distributed (s = 1.05, hot keys spread
 //   over the key space), in steady state (after a warm-up of 16 requests), beside the same
 //   shard all in RAM and the disk's own 4 KiB random reads at queue depth 1 and 32.
+//   formats: the dynamic shard on one thread with rows stored in float32, float16, bfloat16 and int8
+//   (ps/row_format.h; slots in float32 for float16 rows, bfloat16 for the others), --keys keys:
+//   bytes held per key, finds and Adagrad applies of --keys_per_request uniform keys, each beside
+//   float32's figure in the same run.
 //   limit: random 64-byte row gather, loopback TCP (bench/machine_limits.h).
 #include <algorithm>
 #include <cmath>
@@ -56,6 +61,7 @@
 #include "ps/grpc_ps_client.h"
 #include "ps/optimizers.h"
 #include "ps/ps_server.h"
+#include "ps/row_format.h"
 #include "ps/variable_store.h"
 
 ABSL_FLAG(double, seconds, 2.0, "Timed seconds per measurement (after a warm-up of a quarter).");
@@ -71,6 +77,7 @@ ABSL_FLAG(int64_t, tier_keys, 1 << 20,
           "Keys of the disk tier's table (16 float32 with Adagrad: 152 bytes a record).");
 ABSL_FLAG(int64_t, tier_keys_per_request, 4096, "Keys per request in the disk tier's figures.");
 ABSL_FLAG(bool, tier_only, false, "Only the disk tier's figures (and their limits).");
+ABSL_FLAG(bool, formats_only, false, "Only the stored formats' figures (and the gather limit).");
 ABSL_FLAG(bool, own_work_only, false,
           "Only the limits and the ps's own work without gRPC (for profiling).");
 
@@ -453,6 +460,95 @@ void MeasureOwnWork(const Timing& timing, const Workload& w, double gather_limit
   Emit(mem);
 }
 
+// ---- Stored formats.
+
+void MeasureFormats(const Timing& timing, int64_t keys, int64_t per_request, double gather_limit) {
+  struct Format {
+    RowFormat rows, slots;
+  };
+  const Format formats[] = {{ROW_FLOAT32, ROW_FLOAT32},
+                            {ROW_FLOAT16, ROW_FLOAT32},
+                            {ROW_BFLOAT16, ROW_BFLOAT16},
+                            {ROW_INT8, ROW_BFLOAT16}};
+  std::mt19937_64 rng(5);
+  const int sets = 64;
+  std::vector<std::string> requests(sets);
+  std::vector<std::string> gradients(sets);
+  std::normal_distribution<float> normal(0, 0.01f);
+  for (int s = 0; s < sets; ++s) {
+    std::vector<int64_t> ids(static_cast<size_t>(per_request));
+    for (int64_t& id : ids) id = static_cast<int64_t>(MixKey(static_cast<int64_t>(rng() % keys)));
+    requests[s] = Bytes(ids.data(), ids.size() * 8);
+    std::vector<float> g(static_cast<size_t>(per_request * kDim));
+    for (float& x : g) x = normal(rng);
+    gradients[s] = Bytes(g.data(), g.size() * 4);
+  }
+  double base_find = 0, base_apply = 0, base_bytes = 0;
+  for (const Format& f : formats) {
+    VariableShardDef def = DynamicDef("fmt");
+    def.mutable_dynamic()->set_row_format(f.rows);
+    def.mutable_dynamic()->set_slot_format(f.slots);
+    absl::StatusOr<std::unique_ptr<DynamicShard>> made = DynamicShard::Create(def, nullptr);
+    if (!made.ok()) Die(made.status(), "formats: shard");
+    DynamicShard& shard = **made;
+    DynamicOpContext ctx;
+    ctx.step = 1;
+    std::vector<float> out(static_cast<size_t>(std::max<int64_t>(per_request, 65536) * kDim));
+    for (int64_t first = 0; first < keys; first += 65536) {
+      std::vector<int64_t> ids;
+      for (int64_t i = first; i < std::min(keys, first + 65536); ++i) {
+        ids.push_back(static_cast<int64_t>(MixKey(i)));
+      }
+      if (absl::Status s = shard.Lookup(Bytes(ids.data(), ids.size() * 8), /*insert=*/true, ctx,
+                                        reinterpret_cast<char*>(out.data()), nullptr);
+          !s.ok()) {
+        Die(s, "formats: fill");
+      }
+    }
+    const double bytes = static_cast<double>(shard.BytesHeld()) / static_cast<double>(shard.Size());
+    int next = 0;
+    RunResult find = RunSerial(timing, [&] {
+      return shard.Lookup(requests[next++ % sets], /*insert=*/true, ctx,
+                          reinterpret_cast<char*>(out.data()), nullptr);
+    });
+    RunResult apply = RunSerial(timing, [&] {
+      UpdateOpView op;
+      op.shard_name = "fmt";
+      op.kind = UpdateOp::APPLY_GRADIENT;
+      op.dtype = DT_FLOAT32;
+      op.sparse = true;
+      op.ids = requests[next % sets];
+      op.values.push_back(gradients[next++ % sets]);
+      op.values_bytes = static_cast<int64_t>(gradients[0].size());
+      return shard.Update(op, ctx, nullptr);
+    });
+    const std::string name = RowFormatName(f.rows);
+    const double find_rate = find.per_sec() * static_cast<double>(per_request) / 1e6;
+    const double apply_rate = apply.per_sec() * static_cast<double>(per_request) / 1e6;
+    if (f.rows == ROW_FLOAT32) {
+      base_find = find_rate;
+      base_apply = apply_rate;
+      base_bytes = bytes;
+    }
+    json j = Base("formats." + name + ".bytes_per_key", bytes, "bytes");
+    j["detail"] = absl::StrCat("rows ", name, ", Adagrad's slot ", RowFormatName(f.slots), ", ",
+                               keys, " keys of ", kDim, ": records, index and free memory");
+    j["record_bytes"] = shard.record_bytes();
+    j["ratio_to_float32"] = Round(bytes / base_bytes);
+    Emit(j);
+    j = Base("formats." + name + ".find", find_rate, "M rows/s");
+    j["detail"] = "DynamicShard::Lookup (training, keys all present), one thread, rows as float32";
+    j["ratio_to_float32"] = Round(find_rate / base_find);
+    j["limit"] = {{"name", "limit.gather_64B_rows_1GiB_1thread"}, {"value", Round(gather_limit)}};
+    Emit(j);
+    j = Base("formats." + name + ".adagrad", apply_rate, "M rows/s");
+    j["detail"] = "DynamicShard::Update (APPLY_GRADIENT, Adagrad in float32, stochastic rounding), "
+                  "one thread";
+    j["ratio_to_float32"] = Round(apply_rate / base_apply);
+    Emit(j);
+  }
+}
+
 // ---- The disk tier.
 
 // Keys of `requests` requests of `per_request` keys each, from `n` keys: uniform, or Zipf with
@@ -672,6 +768,15 @@ int Main() {
   if (absl::GetFlag(FLAGS_tier_only)) {
     MeasureTier(timing, dir);
     std::filesystem::remove_all(dir);
+    return 0;
+  }
+  if (absl::GetFlag(FLAGS_formats_only)) {
+    LimitTiming lt{timing.warmup, timing.duration};
+    const double gather = MeasureRandomGatherRowsPerSec(lt) / 1e6;
+    json j = Base("limit.gather_64B_rows_1GiB_1thread", gather, "M rows/s");
+    j["detail"] = "single-thread memcpy of uniformly random 64-byte rows from a 1 GiB table";
+    Emit(j);
+    MeasureFormats(timing, keys, per_request, gather);
     return 0;
   }
 
