@@ -19,10 +19,67 @@ inline float BitsFloat(uint32_t b) {
   return x;
 }
 
-constexpr float kTwoTo24 = 16777216.0f;         // 2^24
+constexpr float kTwoTo24 = 16777216.0f;        // 2^24
 constexpr float kTwoToMinus24 = 5.9604645e-8f;  // 2^-24
+constexpr float kTwoTo112 = 5.1922969e33f;      // 2^112
 // INT8: a value within this fraction of a step of a step is on it.
 constexpr float kOnStep = 1e-3f;
+// Rows are converted in pieces of this many elements, each piece's rounding noise drawn first
+// (so that the conversion loops have no calls and vectorize).
+constexpr int64_t kPiece = 64;
+
+// 16 bits of rounding noise per element of a piece (nearest: a half, 0x8000).
+void Noise(RoundingBits* bits, int64_t n, uint16_t* noise) {
+  if (bits == nullptr) {
+    for (int64_t k = 0; k < n; ++k) noise[k] = 0x8000;
+    return;
+  }
+  for (int64_t k = 0; k < n; k += 4) {
+    const uint64_t r = bits->Next64();
+    for (int64_t i = 0; i < 4 && k + i < n; ++i) noise[k + i] = static_cast<uint16_t>(r >> (16 * i));
+  }
+}
+
+// One element to half, `noise16` 16 bits of which the top 13 are used (0x8000: to nearest).
+inline uint16_t HalfOf(float x, uint32_t noise16) {
+  const uint32_t b = FloatBits(x);
+  const uint32_t sign = (b >> 16) & 0x8000;
+  const uint32_t magnitude = b & 0x7fffffff;
+  const uint32_t noise13 = noise16 >> 3;
+  // Normal halves: adding noise below float32's 13 extra bits and dropping them rounds up with
+  // the probability of their value (a carry moves into the exponent as it should).
+  const uint32_t rounded = (magnitude + noise13) & ~uint32_t{0x1fff};
+  const int32_t exponent = static_cast<int32_t>(rounded >> 23) - 127 + 15;
+  uint32_t h = (static_cast<uint32_t>(exponent) << 10) | ((rounded >> 13) & 0x3ff);
+  h = exponent >= 31 ? 0x7bff : h;  // past 65504 (and infinity): the largest finite
+  // Under 2^-14: steps of 2^-24, the subnormals (a count of 1024 of them is the least normal,
+  // whose bits are the same number).
+  const float small = BitsFloat(std::min(magnitude, uint32_t{0x38800000}));
+  const uint32_t steps = static_cast<uint32_t>(small * kTwoTo24 +
+                                               static_cast<float>(noise13) * (1.0f / 8192.0f));
+  h = magnitude < 0x38800000 ? steps : h;
+  h = magnitude > 0x7f800000 ? 0x7e00 : h;  // NaN
+  return static_cast<uint16_t>(h | sign);
+}
+
+inline float FloatOfHalf(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  const uint32_t em = h & 0x7fff;
+  // Shifted into float32's place, the bits are the value times 2^-112, subnormals included.
+  const float scaled = BitsFloat(em << 13) * kTwoTo112;
+  const uint32_t magnitude = em >= 0x7c00 ? (0x7f800000 | (em << 13)) : FloatBits(scaled);
+  return BitsFloat(magnitude | sign);
+}
+
+inline uint16_t Bfloat16Of(float x, uint32_t noise16) {
+  const uint32_t b = FloatBits(x);
+  const uint32_t sign = b & 0x80000000;
+  const uint32_t magnitude = b & 0x7fffffff;
+  uint32_t rounded = (magnitude + noise16) >> 16;
+  rounded = rounded >= 0x7f80 ? 0x7f7f : rounded;  // rounded past the largest (and infinity)
+  rounded = magnitude > 0x7f800000 ? 0x7fc0 : rounded;  // NaN
+  return static_cast<uint16_t>((sign >> 16) | rounded);
+}
 
 void EncodeInt8(const float* row, int64_t dim, char* out, RoundingBits* bits) {
   float lo = 0, hi = 0;
@@ -40,16 +97,20 @@ void EncodeInt8(const float* row, int64_t dim, char* out, RoundingBits* bits) {
   } else {
     const float range = hi - lo;
     const float inv = range > 0 && std::isfinite(range) ? 255.0f / range : 0.0f;
-    for (int64_t k = 0; k < dim; ++k) {
-      const float steps = (row[k] - lo) * inv;
-      const float nearest = std::nearbyint(steps);
-      float v;
-      if (bits == nullptr || std::fabs(steps - nearest) < kOnStep) {
-        v = nearest;
-      } else {
-        v = std::floor(steps + static_cast<float>(bits->Next32() >> 8) * kTwoToMinus24);
+    uint16_t noise[kPiece];
+    for (int64_t at = 0; at < dim; at += kPiece) {
+      const int64_t n = std::min(kPiece, dim - at);
+      Noise(bits, n, noise);
+      for (int64_t k = 0; k < n; ++k) {
+        // In [0, 255] (up to rounding): truncation is floor.
+        const float steps = std::max(0.0f, (row[at + k] - lo) * inv);
+        const float nearest = static_cast<float>(static_cast<int32_t>(steps + 0.5f));
+        const float up = static_cast<float>(noise[k]) * (1.0f / 65536.0f);
+        const float v = std::fabs(steps - nearest) < kOnStep
+                            ? nearest
+                            : static_cast<float>(static_cast<int32_t>(steps + up));
+        q[at + k] = static_cast<uint8_t>(std::min(255.0f, v));
       }
-      q[k] = static_cast<uint8_t>(std::min(255.0f, std::max(0.0f, v)));
     }
   }
   std::memcpy(out, &lo, 4);
@@ -115,70 +176,28 @@ absl::Status ParseRowFormat(const std::string& name, RowFormat* format) {
       absl::StrCat("row format \"", name, "\" is not one of float32, float16, bfloat16, int8"));
 }
 
-uint16_t FloatToHalf(float x, uint32_t random13) {
-  const uint32_t b = FloatBits(x);
-  const uint16_t sign = static_cast<uint16_t>((b >> 16) & 0x8000);
-  const uint32_t magnitude = b & 0x7fffffff;
-  if (magnitude > 0x7f800000) return 0x7e00 | sign;  // NaN
-  if (magnitude < 0x38800000) {
-    // Under 2^-14: steps of 2^-24, the subnormals (a count of 1024 of them is the least normal,
-    // whose bits are the same number).
-    const float steps = BitsFloat(magnitude) * kTwoTo24;
-    const float rounded = std::floor(steps + static_cast<float>(random13) * (1.0f / 8192.0f));
-    return static_cast<uint16_t>(static_cast<uint32_t>(rounded)) | sign;
-  }
-  // The 13 bits float32 has beyond half's 10: adding random bits below them and dropping them
-  // rounds up with the probability of their value (a carry moves into the exponent as it should).
-  const uint32_t rounded = (magnitude + (random13 & 0x1fff)) & ~uint32_t{0x1fff};
-  const int exponent = static_cast<int>(rounded >> 23) - 127 + 15;
-  if (exponent >= 31) return 0x7bff | sign;  // past 65504 (and infinity): the largest finite
-  return static_cast<uint16_t>((exponent << 10) | ((rounded >> 13) & 0x3ff)) | sign;
-}
+uint16_t FloatToHalf(float x, uint32_t random13) { return HalfOf(x, (random13 & 0x1fff) << 3); }
 
-float HalfToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  const uint32_t em = h & 0x7fff;
-  float magnitude;
-  if (em >= 0x7c00) {
-    magnitude = BitsFloat(0x7f800000 | ((em & 0x3ff) << 13));
-  } else if (em < 0x0400) {
-    magnitude = static_cast<float>(em) * kTwoToMinus24;
-  } else {
-    magnitude = BitsFloat(((em >> 10) - 15 + 127) << 23 | (em & 0x3ff) << 13);
-  }
-  return BitsFloat(FloatBits(magnitude) | sign);
-}
+float HalfToFloat(uint16_t h) { return FloatOfHalf(h); }
 
-uint16_t FloatToBfloat16(float x, uint32_t random16) {
-  const uint32_t b = FloatBits(x);
-  const uint32_t sign = b & 0x80000000;
-  const uint32_t magnitude = b & 0x7fffffff;
-  if (magnitude > 0x7f800000) return static_cast<uint16_t>((sign | 0x7fc00000) >> 16);
-  uint32_t rounded = (magnitude + (random16 & 0xffff)) >> 16;
-  if (rounded >= 0x7f80) rounded = 0x7f7f;  // rounded past the largest (and infinity)
-  return static_cast<uint16_t>((sign >> 16) | rounded);
-}
+uint16_t FloatToBfloat16(float x, uint32_t random16) { return Bfloat16Of(x, random16 & 0xffff); }
 
 float Bfloat16ToFloat(uint16_t b) { return BitsFloat(static_cast<uint32_t>(b) << 16); }
 
 void EncodeRow(RowFormat format, const float* row, int64_t dim, char* out, RoundingBits* bits) {
   switch (format) {
-    case ROW_FLOAT16: {
-      uint16_t* h = reinterpret_cast<uint16_t*>(out);
-      if (bits == nullptr) {
-        for (int64_t k = 0; k < dim; ++k) h[k] = FloatToHalf(row[k], 0x1000);
-      } else {
-        for (int64_t k = 0; k < dim; ++k) h[k] = FloatToHalf(row[k], bits->Next32() & 0x1fff);
-      }
-      if (dim % 2 == 1) h[dim] = 0;
-      return;
-    }
+    case ROW_FLOAT16:
     case ROW_BFLOAT16: {
       uint16_t* h = reinterpret_cast<uint16_t*>(out);
-      if (bits == nullptr) {
-        for (int64_t k = 0; k < dim; ++k) h[k] = FloatToBfloat16(row[k], 0x8000);
-      } else {
-        for (int64_t k = 0; k < dim; ++k) h[k] = FloatToBfloat16(row[k], bits->Next32() & 0xffff);
+      uint16_t noise[kPiece];
+      for (int64_t at = 0; at < dim; at += kPiece) {
+        const int64_t n = std::min(kPiece, dim - at);
+        Noise(bits, n, noise);
+        if (format == ROW_FLOAT16) {
+          for (int64_t k = 0; k < n; ++k) h[at + k] = HalfOf(row[at + k], noise[k]);
+        } else {
+          for (int64_t k = 0; k < n; ++k) h[at + k] = Bfloat16Of(row[at + k], noise[k]);
+        }
       }
       if (dim % 2 == 1) h[dim] = 0;
       return;
@@ -195,7 +214,7 @@ void DecodeRow(RowFormat format, const char* stored, int64_t dim, float* out) {
   switch (format) {
     case ROW_FLOAT16: {
       const uint16_t* h = reinterpret_cast<const uint16_t*>(stored);
-      for (int64_t k = 0; k < dim; ++k) out[k] = HalfToFloat(h[k]);
+      for (int64_t k = 0; k < dim; ++k) out[k] = FloatOfHalf(h[k]);
       return;
     }
     case ROW_BFLOAT16: {

@@ -52,24 +52,15 @@ absl::Status ParseRowFormat(const std::string& name, RowFormat* format);
 class RoundingBits {
  public:
   explicit RoundingBits(uint64_t seed) : state_(seed) {}
-  uint32_t Next32() {
-    if (have_ == 0) {
-      uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
-      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-      z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-      buffer_ = z ^ (z >> 31);
-      have_ = 2;
-    }
-    --have_;
-    const uint32_t bits = static_cast<uint32_t>(buffer_);
-    buffer_ >>= 32;
-    return bits;
+  uint64_t Next64() {
+    uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
   }
 
  private:
   uint64_t state_;
-  uint64_t buffer_ = 0;
-  int have_ = 0;
 };
 
 // Stores `dim` floats as a row of `format` at `out` (RowBytes(format, dim) bytes): to nearest
