@@ -1,7 +1,8 @@
 // Rows in fewer bits (ps/row_format.h) in training jobs: each model trained with its dynamic tables'
 // rows in float32, float16, bfloat16 and int8 (the optimizer's slots in float32 for float16 rows,
 // in bfloat16 for the others), 2 workers and 2 ps in-process, in the same run and with the same
-// seeds. Two models:
+// seeds (--workers workers, 2 by default; with 1 the job is deterministic, so that float32's two runs
+// agree and a format's difference is its own). Two models:
 //
 //   click     the tabular model on the synthetic click log (bench/click_log.h: 26 id columns,
 //             vocabularies up to 1M ids; its generator's true probabilities give the best test AUC
@@ -40,6 +41,7 @@
 
 ABSL_FLAG(std::string, models, "click,flights", "Which jobs: click, flights.");
 ABSL_FLAG(int, seeds, 3, "Training seeds per format.");
+ABSL_FLAG(int, workers, 2, "Workers per job (1: a deterministic job).");
 ABSL_FLAG(int, epochs, 1, "Epochs per run.");
 ABSL_FLAG(int64_t, rows, 400000, "Click log: training rows (and a fifth as many test rows).");
 ABSL_FLAG(std::string, dir, "/tmp/pstrain_click_log", "Click log: where its files go.");
@@ -63,7 +65,7 @@ struct Run {
 absl::StatusOr<Run> TrainOnce(const std::string& model_name, const ModelOptions& mo,
                               const Format& f) {
   InProcessClusterOptions co;
-  co.num_workers = 2;
+  co.num_workers = absl::GetFlag(FLAGS_workers);
   co.num_ps = kPs;
   co.registry = *TrainingRegistry(std::make_shared<ReplicaGroups>());
   ASSIGN_OR_RETURN(std::unique_ptr<InProcessCluster> cluster, InProcessCluster::Start(co));
@@ -114,12 +116,12 @@ int Main() {
       mo.extra["feature_spec"] = log->spec_path;
       Emit({{"name", "dataset"}, {"model", "click"}, {"train_rows", log->train_rows},
             {"test_rows", log->test_rows}, {"best_test_auc", log->best_test_auc},
-            {"workers", 2}, {"ps", kPs}, {"epochs", mo.epochs}});
+            {"workers", absl::GetFlag(FLAGS_workers)}, {"ps", kPs}, {"epochs", mo.epochs}});
     } else if (which == "flights") {
       model_name = "flights_ctr";
       mo.data = absl::GetFlag(FLAGS_flights);
-      Emit({{"name", "dataset"}, {"model", "flights"}, {"data", mo.data}, {"workers", 2},
-            {"ps", kPs}, {"epochs", mo.epochs}});
+      Emit({{"name", "dataset"}, {"model", "flights"}, {"data", mo.data},
+            {"workers", absl::GetFlag(FLAGS_workers)}, {"ps", kPs}, {"epochs", mo.epochs}});
     } else {
       Die(absl::InvalidArgumentError(absl::StrCat("--models: unknown \"", which, "\"")), "flags");
     }

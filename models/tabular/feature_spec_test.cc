@@ -48,6 +48,7 @@ TEST(FeatureSpecTest, EveryField_Parsed) {
     'split': {'test': {'column': 'when', 'at_least': '2001-06'}},
     'model': {'type': 'wide_and_deep', 'embedding_dim': 8, 'hidden': [32, 16],
               'interaction': 'dot', 'init_stddev': 0.02,
+              'row_format': 'int8', 'slot_format': 'bfloat16',
               'optimizers': {
                 'embeddings': {'kind': 'adagrad', 'learning_rate': 0.1,
                                'initial_accumulator_value': 0.01},
@@ -86,6 +87,8 @@ TEST(FeatureSpecTest, EveryField_Parsed) {
   EXPECT_THAT(s->model.hidden, ElementsAre(32, 16));
   EXPECT_EQ(s->model.interaction, Interaction::kDot);
   EXPECT_DOUBLE_EQ(s->model.init_stddev, 0.02);
+  EXPECT_EQ(s->model.row_format, ROW_INT8);
+  EXPECT_EQ(s->model.slot_format, ROW_BFLOAT16);
   EXPECT_EQ(s->model.embeddings.kind(), OptimizerDef::ADAGRAD);
   EXPECT_DOUBLE_EQ(s->model.embeddings.learning_rate(), 0.1);
   EXPECT_DOUBLE_EQ(s->model.embeddings.initial_accumulator_value(), 0.01);
@@ -238,6 +241,10 @@ TEST(FeatureSpecErrorTest, EachErrorNamesTheField) {
       {WithFeatures(f, ", 'model': {'hidden': [8, 0]}"), "model.hidden: widths must be integers"},
       {WithFeatures(f, ", 'model': {'type': 'wide', 'interaction': 'dot'}"),
        "model.interaction: needs a deep part"},
+      {WithFeatures(f, ", 'model': {'row_format': 'int4'}"),
+       "model.row_format: must be float32, float16, bfloat16 or int8"},
+      {WithFeatures(f, ", 'model': {'slot_format': 'int8'}"),
+       "model.slot_format: must be float32, float16 or bfloat16"},
       {WithFeatures(f, ", 'model': {'optimizers': {'sparse': {}}}"),
        "model.optimizers: unknown field sparse"},
       {WithFeatures(f, ", 'model': {'optimizers': {'dense': {'kind': 'rmsprop'}}}"),
