@@ -1,10 +1,10 @@
 #include "ps/dynamic_shard.h"
 
 #include <algorithm>
-#include <cstring>
-#include <limits>
 #include <atomic>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <optional>
 
 #include "absl/container/flat_hash_map.h"
@@ -1399,6 +1399,8 @@ DynamicShardStats DynamicShard::Stats() const {
   }
   stats.set_moved_to_disk(moved_to_disk_.load());
   stats.set_moved_to_ram(moved_to_ram_.load());
+  stats.set_row_format(row_format_);
+  stats.set_slot_format(slot_format_);
   return stats;
 }
 

@@ -13,6 +13,7 @@
 #include "coordinator/checkpoint_manager.h"
 #include "trainer/early_stopping.h"
 #include "models/serving_head.h"
+#include "ps/row_format.h"
 #include "trainer/event_writer.h"
 #include "nlohmann/json.hpp"
 
@@ -72,6 +73,11 @@ std::string TrainResult::ToJson() const {
                          {"evicted_ttl", t.evicted_ttl()},
                          {"evicted_capacity", t.evicted_capacity()},
                          {"erased", t.erased()}};
+    if (t.row_format() != ROW_FLOAT32 || t.slot_format() != ROW_FLOAT32) {
+      // Stored in fewer bits (bytes: as stored).
+      j["dynamic_tables"][name]["row_format"] = RowFormatName(t.row_format());
+      j["dynamic_tables"][name]["slot_format"] = RowFormatName(t.slot_format());
+    }
     if (t.disk_tier()) {
       // Keys in each tier, and the moves between them (bytes: RAM's; disk_bytes: the records on
       // disk).
@@ -536,6 +542,8 @@ class TrainingLoop {
         sum.set_disk_hits(sum.disk_hits() + s.disk_hits());
         sum.set_moved_to_disk(sum.moved_to_disk() + s.moved_to_disk());
         sum.set_moved_to_ram(sum.moved_to_ram() + s.moved_to_ram());
+        sum.set_row_format(s.row_format());
+        sum.set_slot_format(s.slot_format());
       }
     }
     return absl::OkStatus();
