@@ -13,14 +13,16 @@
 // Each stored row takes RowBytes(format, dim), a multiple of 4 (so that the next row, in any
 // format, starts aligned).
 //
-// Rounding: kNearest (ties away from zero in 16 bits; to the nearer step in INT8) where a value is
-// set (initial rows, assignments, restores), kStochastic where a value is updated (the optimizer,
-// assign-adds): rounded up with probability equal to the fraction of a step it lies above the
-// lower neighbour, so that on average a row moves by the update even when the update is smaller
+// Rounding: to nearest (EncodeRow without RoundingBits; ties away from zero) where a value is set
+// (initial rows, assignments, restores), stochastically (with RoundingBits: 16 random bits per
+// element) where a value is updated (the optimizer, assign-adds): rounded up with probability
+// equal to the fraction of a step it lies above the lower neighbour, so that on average a row moves by the update even when the update is smaller
 // than half a step (in 16 bits, an Adagrad step of 1e-4 on a weight of 0.5 is under a quarter of
 // bfloat16's step there, and rounding to nearest would drop every one of them). A value already on
 // a step (within 1/1000 of one, in INT8) is stored as it is, so converting a stored row to float32
 // and storing it again gives the same row: checkpoints hold float32 rows and restore them exactly.
+// (In INT8 that holds while a row's range is more than about 1% of its largest magnitude: below
+// that, float32 itself can't place the 256 steps within 1/1000 of a step.)
 // Non-finite values: NaN stays NaN (in INT8, the whole row reads NaN); infinities are stored as
 // the format's largest finite value (FLOAT16, BFLOAT16) or make the row NaN (INT8).
 //
