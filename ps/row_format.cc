@@ -96,7 +96,9 @@ void EncodeInt8(const float* row, int64_t dim, char* out, RoundingBits* bits) {
     std::memset(q, 0, static_cast<size_t>(dim));
   } else {
     const float range = hi - lo;
-    const float inv = range > 0 && std::isfinite(range) ? 255.0f / range : 0.0f;
+    // (A range so small that 255 / range overflows: every element reads the least.)
+    float inv = range > 0 && std::isfinite(range) ? 255.0f / range : 0.0f;
+    if (!std::isfinite(inv)) inv = 0.0f;
     uint16_t noise[kPiece];
     for (int64_t at = 0; at < dim; at += kPiece) {
       const int64_t n = std::min(kPiece, dim - at);

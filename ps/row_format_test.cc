@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -158,6 +159,9 @@ TEST(RowFormatTest, NonFinite_NanStaysNanAndInfinitySaturates) {
   for (float x : back) EXPECT_TRUE(std::isnan(x));
   const std::vector<float> flat = RoundTrip(ROW_INT8, {0.25f, 0.25f}, nullptr);
   EXPECT_EQ(flat, std::vector<float>({0.25f, 0.25f}));
+  // A range of denormals: 255 / range overflows; the row reads its least value, finite.
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  for (float x : RoundTrip(ROW_INT8, {0.0f, tiny, 2 * tiny}, nullptr)) EXPECT_EQ(x, 0.0f);
 }
 
 // Stochastic rounding is unbiased: 20,000 updates of 1e-4 each (a twentieth of float16's step at
