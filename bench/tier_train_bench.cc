@@ -7,6 +7,8 @@
 //                to 1/k of its tables' bytes (plus its fixed variables and 1 MiB; the disk store's
 //                buffers come out of it): rows past it live on the ps's disk
 //   budget_only  the same budget without a tier: what a user gets today (the job stops)
+//   tier_<k>x_<format>  with --table_format: the same budget (from the float32 tables), the tables'
+//                rows stored in that format (slots in bfloat16): more keys fit in RAM
 //
 // Prints per run examples/s, test AUC, the tables' keys and bytes in RAM and on disk, and the keys
 // read from disk; then the medians over the seeds.
@@ -17,6 +19,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -33,6 +36,7 @@
 #include "models/registry.h"
 #include "nlohmann/json.hpp"
 #include "ps/grpc_ps_client.h"
+#include "ps/row_format.h"
 #include "trainer/trainer.h"
 
 ABSL_FLAG(int64_t, rows, 400000, "Click log: training rows (and a fifth as many test rows).");
@@ -41,6 +45,9 @@ ABSL_FLAG(int, epochs, 1, "Epochs per run.");
 ABSL_FLAG(std::string, ratios, "8", "Tables' bytes over the memory budget, one run each.");
 ABSL_FLAG(std::string, dir, "/tmp/pstrain_click_log", "Click log: where its files go.");
 ABSL_FLAG(std::string, disk_dir, "/tmp/tier_train_bench", "Where the ps tasks' tiers go.");
+ABSL_FLAG(std::string, table_format, "",
+          "Also run each tiered case with rows in this format (float16, bfloat16, int8; slots in "
+          "bfloat16) under the same budget.");
 
 namespace pstrain {
 namespace {
@@ -54,7 +61,8 @@ struct Run {
   int64_t most_table_bytes = 0, most_fixed_bytes = 0, most_tables = 0;
 };
 
-absl::StatusOr<Run> TrainOnce(const ModelOptions& mo, int64_t budget_bytes, bool tier) {
+absl::StatusOr<Run> TrainOnce(const ModelOptions& mo, int64_t budget_bytes, bool tier,
+                              std::optional<RowFormat> format = std::nullopt) {
   InProcessClusterOptions co;
   co.num_workers = 2;
   co.num_ps = kPs;
@@ -70,6 +78,10 @@ absl::StatusOr<Run> TrainOnce(const ModelOptions& mo, int64_t budget_bytes, bool
   to.validate = false;
   to.validate_at_start = false;
   to.placement.tables_disk_tier = tier;
+  if (format.has_value()) {
+    to.placement.tables_row_format = *format;
+    to.placement.tables_slot_format = ROW_BFLOAT16;
+  }
   CoordinatorOptions coordinator;
   ASSIGN_OR_RETURN(TrainResult r, Train(cluster->spec(), model.get(), to, coordinator));
   Run run;
@@ -161,6 +173,21 @@ int Main() {
       Emit(line);
       auc[name].push_back(tiered->auc);
       eps[name].push_back(tiered->examples_per_s);
+      if (const std::string f = absl::GetFlag(FLAGS_table_format); !f.empty()) {
+        RowFormat format;
+        if (!ParseRowFormat(f, &format).ok()) Die(absl::InvalidArgumentError(f), "--table_format");
+        const std::string fname = absl::StrCat(name, "_", f);
+        absl::StatusOr<Run> small = TrainOnce(mo, budget, true, format);
+        if (!small.ok()) Die(small.status(), fname);
+        line = Line(fname, *small);
+        line["seed"] = seed;
+        line["budget_bytes"] = budget;
+        line["vs_all_in_ram_examples_per_s"] = Round(small->examples_per_s / ram->examples_per_s);
+        line["auc_minus_all_in_ram"] = Round(small->auc - ram->auc, 5);
+        Emit(line);
+        auc[fname].push_back(small->auc);
+        eps[fname].push_back(small->examples_per_s);
+      }
       if (seed == 1 && k == ratios.front()) {
         absl::StatusOr<Run> refused = TrainOnce(mo, budget, false);
         Emit({{"name", "budget_only"},
