@@ -462,7 +462,7 @@ void MeasureOwnWork(const Timing& timing, const Workload& w, double gather_limit
 
 // ---- Stored formats.
 
-void MeasureFormats(const Timing& timing, int64_t keys, int64_t per_request, double gather_limit) {
+void MeasureFormats(const Timing& timing, const Workload& w, double gather_limit) {
   struct Format {
     RowFormat rows, slots;
   };
@@ -470,22 +470,10 @@ void MeasureFormats(const Timing& timing, int64_t keys, int64_t per_request, dou
                             {ROW_FLOAT16, ROW_FLOAT32},
                             {ROW_BFLOAT16, ROW_BFLOAT16},
                             {ROW_INT8, ROW_BFLOAT16}};
-  std::mt19937_64 rng(5);
-  const int sets = 64;
-  std::vector<std::string> requests(sets);
-  std::vector<std::string> gradients(sets);
-  std::normal_distribution<float> normal(0, 0.01f);
-  for (int s = 0; s < sets; ++s) {
-    std::vector<int64_t> ids(static_cast<size_t>(per_request));
-    for (int64_t& id : ids) id = static_cast<int64_t>(MixKey(static_cast<int64_t>(rng() % keys)));
-    requests[s] = Bytes(ids.data(), ids.size() * 8);
-    std::vector<float> g(static_cast<size_t>(per_request * kDim));
-    for (float& x : g) x = normal(rng);
-    gradients[s] = Bytes(g.data(), g.size() * 4);
-  }
+  const double rows = static_cast<double>(w.per_request);
   double base_find = 0, base_apply = 0, base_bytes = 0;
   for (const Format& f : formats) {
-    VariableShardDef def = DynamicDef("fmt");
+    VariableShardDef def = DynamicDef("dyn");
     def.mutable_dynamic()->set_row_format(f.rows);
     def.mutable_dynamic()->set_slot_format(f.slots);
     absl::StatusOr<std::unique_ptr<DynamicShard>> made = DynamicShard::Create(def, nullptr);
@@ -493,13 +481,9 @@ void MeasureFormats(const Timing& timing, int64_t keys, int64_t per_request, dou
     DynamicShard& shard = **made;
     DynamicOpContext ctx;
     ctx.step = 1;
-    std::vector<float> out(static_cast<size_t>(std::max<int64_t>(per_request, 65536) * kDim));
-    for (int64_t first = 0; first < keys; first += 65536) {
-      std::vector<int64_t> ids;
-      for (int64_t i = first; i < std::min(keys, first + 65536); ++i) {
-        ids.push_back(static_cast<int64_t>(MixKey(i)));
-      }
-      if (absl::Status s = shard.Lookup(Bytes(ids.data(), ids.size() * 8), /*insert=*/true, ctx,
+    std::vector<float> out(static_cast<size_t>(std::max<int64_t>(w.per_request, 65536) * kDim));
+    for (const LookupRequest& r : InsertRequests("dyn", 0, w.keys, 65536)) {
+      if (absl::Status s = shard.Lookup(r.ops(0).ids(), /*insert=*/true, ctx,
                                         reinterpret_cast<char*>(out.data()), nullptr);
           !s.ok()) {
         Die(s, "formats: fill");
@@ -508,23 +492,17 @@ void MeasureFormats(const Timing& timing, int64_t keys, int64_t per_request, dou
     const double bytes = static_cast<double>(shard.BytesHeld()) / static_cast<double>(shard.Size());
     int next = 0;
     RunResult find = RunSerial(timing, [&] {
-      return shard.Lookup(requests[next++ % sets], /*insert=*/true, ctx,
+      return shard.Lookup(w.dynamic_finds[next++ % w.sets()].ops(0).ids(), /*insert=*/true, ctx,
                           reinterpret_cast<char*>(out.data()), nullptr);
     });
+    std::vector<UpdateOpView> views;
     RunResult apply = RunSerial(timing, [&] {
-      UpdateOpView op;
-      op.shard_name = "fmt";
-      op.kind = UpdateOp::APPLY_GRADIENT;
-      op.dtype = DT_FLOAT32;
-      op.sparse = true;
-      op.ids = requests[next % sets];
-      op.values.push_back(gradients[next++ % sets]);
-      op.values_bytes = static_cast<int64_t>(gradients[0].size());
-      return shard.Update(op, ctx, nullptr);
+      views = ViewsOf(w.dynamic_pushes[next++ % w.sets()]);
+      return shard.Update(views[0], ctx, nullptr);
     });
     const std::string name = RowFormatName(f.rows);
-    const double find_rate = find.per_sec() * static_cast<double>(per_request) / 1e6;
-    const double apply_rate = apply.per_sec() * static_cast<double>(per_request) / 1e6;
+    const double find_rate = find.per_sec() * rows / 1e6;
+    const double apply_rate = apply.per_sec() * rows / 1e6;
     if (f.rows == ROW_FLOAT32) {
       base_find = find_rate;
       base_apply = apply_rate;
@@ -532,7 +510,7 @@ void MeasureFormats(const Timing& timing, int64_t keys, int64_t per_request, dou
     }
     json j = Base("formats." + name + ".bytes_per_key", bytes, "bytes");
     j["detail"] = absl::StrCat("rows ", name, ", Adagrad's slot ", RowFormatName(f.slots), ", ",
-                               keys, " keys of ", kDim, ": records, index and free memory");
+                               w.keys, " keys of ", kDim, ": records, index and free memory");
     j["record_bytes"] = shard.record_bytes();
     j["ratio_to_float32"] = Round(bytes / base_bytes);
     Emit(j);
@@ -776,7 +754,7 @@ int Main() {
     json j = Base("limit.gather_64B_rows_1GiB_1thread", gather, "M rows/s");
     j["detail"] = "single-thread memcpy of uniformly random 64-byte rows from a 1 GiB table";
     Emit(j);
-    MeasureFormats(timing, keys, per_request, gather);
+    MeasureFormats(timing, Workload::Build(keys, per_request), gather);
     return 0;
   }
 

@@ -147,6 +147,12 @@ int Main() {
     if (!absl::SimpleAtoi(s, &k) || k < 1) Die(absl::InvalidArgumentError("--ratios"), "flags");
     ratios.push_back(k);
   }
+  std::optional<RowFormat> table_format;
+  if (const std::string f = absl::GetFlag(FLAGS_table_format); !f.empty()) {
+    RowFormat format;
+    if (absl::Status s = ParseRowFormat(f, &format); !s.ok()) Die(s, "--table_format");
+    table_format = format;
+  }
   std::map<std::string, std::vector<double>> auc, eps;
   for (int seed = 1; seed <= absl::GetFlag(FLAGS_seeds); ++seed) {
     mo.seed = static_cast<uint64_t>(seed);
@@ -173,11 +179,9 @@ int Main() {
       Emit(line);
       auc[name].push_back(tiered->auc);
       eps[name].push_back(tiered->examples_per_s);
-      if (const std::string f = absl::GetFlag(FLAGS_table_format); !f.empty()) {
-        RowFormat format;
-        if (!ParseRowFormat(f, &format).ok()) Die(absl::InvalidArgumentError(f), "--table_format");
-        const std::string fname = absl::StrCat(name, "_", f);
-        absl::StatusOr<Run> small = TrainOnce(mo, budget, true, format);
+      if (table_format.has_value()) {
+        const std::string fname = absl::StrCat(name, "_", RowFormatName(*table_format));
+        absl::StatusOr<Run> small = TrainOnce(mo, budget, true, table_format);
         if (!small.ok()) Die(small.status(), fname);
         line = Line(fname, *small);
         line["seed"] = seed;

@@ -244,7 +244,7 @@ absl::StatusOr<FlightsCtrConfig> FlightsCtrConfigFromOptions(const ModelOptions&
   if (!ParseRowFormat(row_format, &c.row_format).ok()) {
     return bad(absl::StrCat("row_format=", row_format, " must be float32, float16, bfloat16 or int8"));
   }
-  if (!ParseRowFormat(slot_format, &c.slot_format).ok() || c.slot_format == ROW_INT8) {
+  if (!ParseSlotFormat(slot_format, &c.slot_format).ok()) {
     return bad(absl::StrCat("slot_format=", slot_format, " must be float32, float16 or bfloat16"));
   }
   if (!c.dynamic && (c.row_format != ROW_FLOAT32 || c.slot_format != ROW_FLOAT32)) {

@@ -177,8 +177,7 @@ absl::StatusOr<std::unique_ptr<DynamicShard>> DynamicShard::Create(
   if (!RowFormat_IsValid(d.row_format())) {
     return invalid(absl::StrCat("row_format ", d.row_format(), " is not a RowFormat"));
   }
-  if (d.slot_format() != ROW_FLOAT32 && d.slot_format() != ROW_FLOAT16 &&
-      d.slot_format() != ROW_BFLOAT16) {
+  if (!IsSlotFormat(d.slot_format())) {
     return invalid(absl::StrCat("slot_format ", d.slot_format(),
                                 " must be FLOAT32, FLOAT16 or BFLOAT16"));
   }

@@ -19,7 +19,7 @@ inline float BitsFloat(uint32_t b) {
   return x;
 }
 
-constexpr float kTwoTo24 = 16777216.0f;        // 2^24
+constexpr float kTwoTo24 = 16777216.0f;         // 2^24
 constexpr float kTwoToMinus24 = 5.9604645e-8f;  // 2^-24
 constexpr float kTwoTo112 = 5.1922969e33f;      // 2^112
 // INT8: a value within this fraction of a step of a step is on it.
@@ -36,7 +36,8 @@ void Noise(RoundingBits* bits, int64_t n, uint16_t* noise) {
   }
   for (int64_t k = 0; k < n; k += 4) {
     const uint64_t r = bits->Next64();
-    for (int64_t i = 0; i < 4 && k + i < n; ++i) noise[k + i] = static_cast<uint16_t>(r >> (16 * i));
+    for (int64_t i = 0; i < 4 && k + i < n; ++i)
+      noise[k + i] = static_cast<uint16_t>(r >> (16 * i));
   }
 }
 
@@ -55,8 +56,8 @@ inline uint16_t HalfOf(float x, uint32_t noise16) {
   // Under 2^-14: steps of 2^-24, the subnormals (a count of 1024 of them is the least normal,
   // whose bits are the same number).
   const float small = BitsFloat(std::min(magnitude, uint32_t{0x38800000}));
-  const uint32_t steps = static_cast<uint32_t>(small * kTwoTo24 +
-                                               static_cast<float>(noise13) * (1.0f / 8192.0f));
+  const uint32_t steps =
+      static_cast<uint32_t>(small * kTwoTo24 + static_cast<float>(noise13) * (1.0f / 8192.0f));
   h = magnitude < 0x38800000 ? steps : h;
   h = magnitude > 0x7f800000 ? 0x7e00 : h;  // NaN
   return static_cast<uint16_t>(h | sign);
@@ -76,7 +77,7 @@ inline uint16_t Bfloat16Of(float x, uint32_t noise16) {
   const uint32_t sign = b & 0x80000000;
   const uint32_t magnitude = b & 0x7fffffff;
   uint32_t rounded = (magnitude + noise16) >> 16;
-  rounded = rounded >= 0x7f80 ? 0x7f7f : rounded;  // rounded past the largest (and infinity)
+  rounded = rounded >= 0x7f80 ? 0x7f7f : rounded;       // rounded past the largest (and infinity)
   rounded = magnitude > 0x7f800000 ? 0x7fc0 : rounded;  // NaN
   return static_cast<uint16_t>((sign >> 16) | rounded);
 }
@@ -176,6 +177,20 @@ absl::Status ParseRowFormat(const std::string& name, RowFormat* format) {
   }
   return absl::InvalidArgumentError(
       absl::StrCat("row format \"", name, "\" is not one of float32, float16, bfloat16, int8"));
+}
+
+bool IsSlotFormat(RowFormat format) {
+  return format == ROW_FLOAT32 || format == ROW_FLOAT16 || format == ROW_BFLOAT16;
+}
+
+absl::Status ParseSlotFormat(const std::string& name, RowFormat* format) {
+  RowFormat parsed;
+  if (!ParseRowFormat(name, &parsed).ok() || !IsSlotFormat(parsed)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("slot format \"", name, "\" is not one of float32, float16, bfloat16"));
+  }
+  *format = parsed;
+  return absl::OkStatus();
 }
 
 uint16_t FloatToHalf(float x, uint32_t random13) { return HalfOf(x, (random13 & 0x1fff) << 3); }

@@ -16,15 +16,16 @@
 // Rounding: to nearest (EncodeRow without RoundingBits; ties away from zero) where a value is set
 // (initial rows, assignments, restores), stochastically (with RoundingBits: 16 random bits per
 // element) where a value is updated (the optimizer, assign-adds): rounded up with probability
-// equal to the fraction of a step it lies above the lower neighbour, so that on average a row moves by the update even when the update is smaller
-// than half a step (in 16 bits, an Adagrad step of 1e-4 on a weight of 0.5 is under a quarter of
-// bfloat16's step there, and rounding to nearest would drop every one of them). A value already on
-// a step (within 1/1000 of one, in INT8) is stored as it is, so converting a stored row to float32
-// and storing it again gives the same row: checkpoints hold float32 rows and restore them exactly.
-// (In INT8 that holds while a row's range is more than about 1% of its largest magnitude: below
-// that, float32 itself can't place the 256 steps within 1/1000 of a step.)
-// Non-finite values: NaN stays NaN (in INT8, the whole row reads NaN); infinities are stored as
-// the format's largest finite value (FLOAT16, BFLOAT16) or make the row NaN (INT8).
+// equal to the fraction of a step it lies above the lower neighbour, so that on average a row moves
+// by the update even when the update is smaller than half a step (in 16 bits, an Adagrad step of
+// 1e-4 on a weight of 0.5 is under a quarter of bfloat16's step there, and rounding to nearest
+// would drop every one of them). A value already on a step (within 1/1000 of one, in INT8) is
+// stored as it is, so converting a stored row to float32 and storing it again gives the same row:
+// checkpoints hold float32 rows and restore them exactly. (In INT8 that holds while a row's range
+// is more than about 1% of its largest magnitude: below that, float32 itself can't place the 256
+// steps within 1/1000 of a step.) Non-finite values: NaN stays NaN (in INT8, the whole row reads
+// NaN); infinities are stored as the format's largest finite value (FLOAT16, BFLOAT16) or make the
+// row NaN (INT8).
 //
 // Thread safety: the functions are thread-safe; a RoundingBits is one thread's.
 #ifndef PSTRAIN_PS_ROW_FORMAT_H_
@@ -49,6 +50,11 @@ RowFormat StoredFormatFor(RowFormat asked, int64_t dim);
 const char* RowFormatName(RowFormat format);
 // The reverse of RowFormatName. Errors: kInvalidArgument listing the names.
 absl::Status ParseRowFormat(const std::string& name, RowFormat* format);
+// The formats an optimizer's slots may be stored in: FLOAT32, FLOAT16, BFLOAT16 (not INT8: an
+// accumulator's row has no useful common range).
+bool IsSlotFormat(RowFormat format);
+// ParseRowFormat for slots. Errors: kInvalidArgument listing the slots' names.
+absl::Status ParseSlotFormat(const std::string& name, RowFormat* format);
 
 // Random bits for stochastic rounding (splitmix64; not for anything secret).
 class RoundingBits {

@@ -12,6 +12,7 @@
 namespace pstrain {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 constexpr RowFormat kFormats[] = {ROW_FLOAT32, ROW_FLOAT16, ROW_BFLOAT16, ROW_INT8};
@@ -56,6 +57,23 @@ TEST(RowFormatTest, RowBytes_EachFormat_ItsBytesPerElementPaddedToFour) {
   EXPECT_EQ(RowBytes(ROW_INT8, 16), 24);
   EXPECT_EQ(RowBytes(ROW_FLOAT16, 3), 8);
   EXPECT_EQ(RowBytes(ROW_INT8, 5), 16);
+}
+
+TEST(RowFormatTest, ParseSlotFormat_Int8OrUnknown_InvalidArgumentListingTheSlotsFormats) {
+  RowFormat f = ROW_FLOAT32;
+  ASSERT_TRUE(ParseSlotFormat("float16", &f).ok());
+  EXPECT_EQ(f, ROW_FLOAT16);
+  for (const char* bad : {"int8", "fp8"}) {
+    absl::Status s = ParseSlotFormat(bad, &f);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(std::string(s.message()),
+                AllOf(HasSubstr("slot format"), HasSubstr(bad),
+                      HasSubstr("is not one of float32, float16, bfloat16")))
+        << bad;
+  }
+  EXPECT_EQ(f, ROW_FLOAT16);  // unchanged by the refusals
+  EXPECT_FALSE(IsSlotFormat(ROW_INT8));
+  EXPECT_FALSE(IsSlotFormat(static_cast<RowFormat>(7)));
 }
 
 TEST(RowFormatTest, StoredFormatFor_NarrowInt8Rows_Bfloat16) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -53,7 +54,14 @@ int64_t RowsPerRead(int64_t row_bytes) {
 // Writes and checks one export. Holds the in-process ps the checkpoint is restored into.
 class Exporter {
  public:
-  explicit Exporter(const ExportOptions& options) : options_(options) {}
+  // `options` checked by ExportModel.
+  explicit Exporter(const ExportOptions& options) : options_(options) {
+    if (!options_.table_format.empty()) {
+      RowFormat format;
+      ParseRowFormat(options_.table_format, &format).IgnoreError();  // checked by ExportModel
+      table_format_ = format;
+    }
+  }
 
   absl::StatusOr<ExportResult> Run() {
     const absl::Time start = absl::Now();
@@ -98,10 +106,7 @@ class Exporter {
       if (sv.has_dynamic()) {
         v.kind = ExportedVariable::Kind::kTable;
         v.default_value = sv.dynamic().default_value();
-        RowFormat format = sv.dynamic().row_format();
-        if (!options_.table_format.empty()) {
-          ParseRowFormat(options_.table_format, &format).IgnoreError();  // checked by ExportModel
-        }
+        const RowFormat format = table_format_.value_or(sv.dynamic().row_format());
         v.dtype = RowFormatName(StoredFormatFor(format, v.shape.empty() ? 1 : v.shape[0]));
         int64_t before = 0;
         RETURN_IF_ERROR(WriteTable(v, &before, &result.bytes));
@@ -177,11 +182,7 @@ class Exporter {
         if (sv.has_optimizer()) t.optimizer = sv.optimizer();
         t.options = sv.dynamic();
         // The ps stores the restored rows in the format asked for (and serves exports in it).
-        if (!options_.table_format.empty()) {
-          RowFormat format;
-          RETURN_IF_ERROR(ParseRowFormat(options_.table_format, &format));
-          t.options.set_row_format(format);
-        }
+        if (table_format_.has_value()) t.options.set_row_format(*table_format_);
         RETURN_IF_ERROR(creator_->CreateTable(t).status());
       } else {
         VariableSpec v;
@@ -326,6 +327,7 @@ class Exporter {
   }
 
   const ExportOptions options_;
+  std::optional<RowFormat> table_format_;  // options_.table_format, parsed
   std::unique_ptr<PsServer> server_;
   std::unique_ptr<PsClient> client_;
   std::unique_ptr<VariableCreator> creator_;

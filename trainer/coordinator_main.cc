@@ -405,7 +405,7 @@ int RunTrainJob(const JobPlan& plan) {
   }
   if (const std::string slots = absl::GetFlag(FLAGS_table_slot_format); !slots.empty()) {
     RowFormat format;
-    if (!ParseRowFormat(slots, &format).ok() || format == ROW_INT8) {
+    if (!ParseSlotFormat(slots, &format).ok()) {
       return Fail(absl::StrCat("--table_slot_format=", slots,
                                " must be float32, float16 or bfloat16"));
     }

@@ -388,14 +388,13 @@ absl::StatusOr<ModelSpec> ParseModel(const Json& j, const std::string& file) {
                                                         {"dot", Interaction::kDot}})));
   ASSIGN_OR_RETURN(m.init_stddev, o.Number("init_stddev", m.init_stddev));
   if (!(m.init_stddev >= 0 && m.init_stddev <= 10)) return o.Error("init_stddev", "must be in [0, 10]");
-  for (auto [key, format] : {std::pair{"row_format", &m.row_format},
-                             std::pair{"slot_format", &m.slot_format}}) {
-    ASSIGN_OR_RETURN(const std::string name, o.String(key, "float32"));
-    const bool slots = std::string(key) == "slot_format";
-    if (!ParseRowFormat(name, format).ok() || (slots && *format == ROW_INT8)) {
-      return o.Error(key, slots ? "must be float32, float16 or bfloat16"
-                                : "must be float32, float16, bfloat16 or int8");
-    }
+  ASSIGN_OR_RETURN(const std::string rows, o.String("row_format", "float32"));
+  if (!ParseRowFormat(rows, &m.row_format).ok()) {
+    return o.Error("row_format", "must be float32, float16, bfloat16 or int8");
+  }
+  ASSIGN_OR_RETURN(const std::string slots, o.String("slot_format", "float32"));
+  if (!ParseSlotFormat(slots, &m.slot_format).ok()) {
+    return o.Error("slot_format", "must be float32, float16 or bfloat16");
   }
   m.embeddings = Adagrad(0.05);
   m.wide = Adagrad(0.05);
