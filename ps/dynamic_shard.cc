@@ -83,7 +83,7 @@ inline void DynamicShard::ReadRow(const char* data, char* out) const {
   if (plain_) {
     CopyRow(out, reinterpret_cast<const float*>(data), row_bytes());
   } else {
-    DecodeRow(row_format_, data, dim_, reinterpret_cast<float*>(out));
+    DecodeRow(row_format_, data, dim_, out);
   }
 }
 

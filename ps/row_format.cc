@@ -8,6 +8,16 @@
 namespace pstrain {
 namespace {
 
+// Loads and stores through memcpy: a row may sit at any address (a reply's buffer, a value read
+// from disk), and these compile to plain moves.
+inline void StoreFloat(char* p, float v) { std::memcpy(p, &v, 4); }
+inline uint16_t LoadU16(const char* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return h;
+}
+inline void StoreU16(char* p, uint16_t h) { std::memcpy(p, &h, 2); }
+
 inline uint32_t FloatBits(float x) {
   uint32_t b;
   std::memcpy(&b, &x, 4);
@@ -122,7 +132,7 @@ void EncodeInt8(const float* row, int64_t dim, char* out, RoundingBits* bits) {
   for (int64_t k = 8 + dim; k < RowBytes(ROW_INT8, dim); ++k) out[k] = 0;
 }
 
-void DecodeInt8(const char* stored, int64_t dim, float* out) {
+void DecodeInt8(const char* stored, int64_t dim, char* out) {
   float lo, hi;
   std::memcpy(&lo, stored, 4);
   std::memcpy(&hi, stored + 4, 4);
@@ -130,7 +140,7 @@ void DecodeInt8(const char* stored, int64_t dim, float* out) {
   const uint8_t* q = reinterpret_cast<const uint8_t*>(stored + 8);
   for (int64_t k = 0; k < dim; ++k) {
     // The greatest exactly (lo + 255 * step may round past it).
-    out[k] = q[k] == 255 ? hi : lo + step * static_cast<float>(q[k]);
+    StoreFloat(out + 4 * k, q[k] == 255 ? hi : lo + step * static_cast<float>(q[k]));
   }
 }
 
@@ -205,18 +215,18 @@ void EncodeRow(RowFormat format, const float* row, int64_t dim, char* out, Round
   switch (format) {
     case ROW_FLOAT16:
     case ROW_BFLOAT16: {
-      uint16_t* h = reinterpret_cast<uint16_t*>(out);
       uint16_t noise[kPiece];
       for (int64_t at = 0; at < dim; at += kPiece) {
         const int64_t n = std::min(kPiece, dim - at);
         Noise(bits, n, noise);
+        char* h = out + 2 * at;
         if (format == ROW_FLOAT16) {
-          for (int64_t k = 0; k < n; ++k) h[at + k] = HalfOf(row[at + k], noise[k]);
+          for (int64_t k = 0; k < n; ++k) StoreU16(h + 2 * k, HalfOf(row[at + k], noise[k]));
         } else {
-          for (int64_t k = 0; k < n; ++k) h[at + k] = Bfloat16Of(row[at + k], noise[k]);
+          for (int64_t k = 0; k < n; ++k) StoreU16(h + 2 * k, Bfloat16Of(row[at + k], noise[k]));
         }
       }
-      if (dim % 2 == 1) h[dim] = 0;
+      if (dim % 2 == 1) StoreU16(out + 2 * dim, 0);
       return;
     }
     case ROW_INT8:
@@ -227,18 +237,18 @@ void EncodeRow(RowFormat format, const float* row, int64_t dim, char* out, Round
   }
 }
 
-void DecodeRow(RowFormat format, const char* stored, int64_t dim, float* out) {
+void DecodeRow(RowFormat format, const char* stored, int64_t dim, void* out_floats) {
+  char* out = static_cast<char*>(out_floats);
   switch (format) {
-    case ROW_FLOAT16: {
-      const uint16_t* h = reinterpret_cast<const uint16_t*>(stored);
-      for (int64_t k = 0; k < dim; ++k) out[k] = FloatOfHalf(h[k]);
+    case ROW_FLOAT16:
+      for (int64_t k = 0; k < dim; ++k)
+        StoreFloat(out + 4 * k, FloatOfHalf(LoadU16(stored + 2 * k)));
       return;
-    }
-    case ROW_BFLOAT16: {
-      const uint16_t* h = reinterpret_cast<const uint16_t*>(stored);
-      for (int64_t k = 0; k < dim; ++k) out[k] = Bfloat16ToFloat(h[k]);
+    case ROW_BFLOAT16:
+      for (int64_t k = 0; k < dim; ++k) {
+        StoreFloat(out + 4 * k, Bfloat16ToFloat(LoadU16(stored + 2 * k)));
+      }
       return;
-    }
     case ROW_INT8:
       DecodeInt8(stored, dim, out);
       return;

@@ -71,11 +71,12 @@ class RoundingBits {
   uint64_t state_;
 };
 
-// Stores `dim` floats as a row of `format` at `out` (RowBytes(format, dim) bytes): to nearest
-// with `bits` null, stochastically with it.
+// Stores `dim` floats as a row of `format` at `out` (RowBytes(format, dim) bytes, any alignment):
+// to nearest with `bits` null, stochastically with it.
 void EncodeRow(RowFormat format, const float* row, int64_t dim, char* out, RoundingBits* bits);
-// The `dim` floats a stored row stands for.
-void DecodeRow(RowFormat format, const char* stored, int64_t dim, float* out);
+// The `dim` floats a stored row stands for, written at `out_floats`. Neither the stored row nor
+// the output need be aligned (a reply's buffer, a value read from disk).
+void DecodeRow(RowFormat format, const char* stored, int64_t dim, void* out_floats);
 
 // One element's conversions (FLOAT16, BFLOAT16), for tests and tools.
 uint16_t FloatToHalf(float x, uint32_t random13);  // random13: 13 bits, or 0x1000 for nearest

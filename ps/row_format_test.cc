@@ -143,6 +143,31 @@ TEST(RowFormatTest, StoreAgain_ARowReadBack_SameBytes) {
   }
 }
 
+// A row may be stored at, and read into, any address: a lookup's reply buffer and a value read from
+// disk are not aligned to a float (ASan's alignment check runs this test).
+TEST(RowFormatTest, OddAddresses_StoredAndReadBack_SameAsAligned) {
+  std::mt19937_64 rng(11);
+  for (RowFormat format : kFormats) {
+    for (int64_t dim : {1, 3, 16, 67}) {
+      const std::vector<float> row = RandomRow(rng, dim, 1.0f);
+      const size_t bytes = static_cast<size_t>(RowBytes(format, dim));
+      std::string aligned(bytes, '\0');
+      EncodeRow(format, row.data(), dim, aligned.data(), nullptr);
+      std::vector<float> expected(row.size());
+      DecodeRow(format, aligned.data(), dim, expected.data());
+      for (size_t offset : {1, 2, 3}) {
+        std::string stored(bytes + offset, '\0');
+        EncodeRow(format, row.data(), dim, stored.data() + offset, nullptr);
+        ASSERT_EQ(stored.substr(offset), aligned) << RowFormatName(format) << " dim " << dim;
+        std::string out(4 * row.size() + offset, '\0');
+        DecodeRow(format, stored.data() + offset, dim, out.data() + offset);
+        ASSERT_EQ(std::memcmp(out.data() + offset, expected.data(), 4 * row.size()), 0)
+            << RowFormatName(format) << " dim " << dim << " offset " << offset;
+      }
+    }
+  }
+}
+
 // Every half and bfloat16 value (but NaNs) converts to float32 and back to itself.
 TEST(RowFormatTest, SixteenBits_EveryValue_ConvertsBackToItself) {
   for (uint32_t v = 0; v < 65536; ++v) {

@@ -226,7 +226,7 @@ class ModelStoreImpl final : public ModelStore {
       if (format == ROW_FLOAT32) {
         std::memcpy(row, stored, rb);
       } else {
-        DecodeRow(format, stored, rb / 4, reinterpret_cast<float*>(row));
+        DecodeRow(format, stored, rb / 4, row);
       }
     };
     if (preload_all_) {
