@@ -1,6 +1,7 @@
 // The trainer end to end on a small ratings file the test writes: it trains and evaluates; a run
 // stopped after a checkpoint resumes at that step; the coordinator binary killed with SIGKILL
 // mid-job and run again resumes at its last checkpoint and finishes; TensorBoard events appear.
+#include <atomic>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -118,6 +119,39 @@ TEST_F(TrainerTest, StoppedAfterCheckpoint_NextRunResumesAtSavedStep) {
   EXPECT_EQ(second->end_step, again->total_steps());
   EXPECT_THAT(second->restored_from, HasSubstr("ckpt-000000000050"));
   EXPECT_EQ(LatestCheckpoint(options.checkpoint_dir)->step, again->total_steps());
+}
+
+TEST_F(TrainerTest, StopRequested_FinalCheckpointWhereItStopped_NextRunGoesOnFromThere) {
+  auto model = SmallModel(csv_, /*epochs=*/4);
+  TrainerOptions options;
+  options.checkpoint_dir = dir_ + "/ckpt";
+  options.keep_best = false;
+  options.progress.is_tty = false;
+  std::atomic<int64_t> collected{0};
+  options.after_step = [&](int64_t) {
+    collected.fetch_add(1);
+    return absl::OkStatus();
+  };
+  options.stop_requested = [&] { return collected.load() >= 40; };
+  absl::StatusOr<TrainResult> first = Train(cluster_->spec(), model.get(), options);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(first->interrupted);
+  EXPECT_GE(first->end_step, 40);
+  EXPECT_LT(first->end_step, model->total_steps());
+  // Every scheduled step was collected before the save: the checkpoint is at the step reached.
+  EXPECT_EQ(collected.load(), first->end_step);
+  EXPECT_EQ(LatestCheckpoint(options.checkpoint_dir)->step, first->end_step);
+  EXPECT_GT(first->metrics.values.count("test_rmse"), 0u);  // evaluated all the same
+  EXPECT_THAT(first->ToJson(), HasSubstr("\"interrupted\":true"));
+
+  auto again = SmallModel(csv_, /*epochs=*/4);
+  options.stop_requested = nullptr;
+  options.after_step = nullptr;
+  absl::StatusOr<TrainResult> second = Train(cluster_->spec(), again.get(), options);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_FALSE(second->interrupted);
+  EXPECT_EQ(second->start_step, first->end_step);
+  EXPECT_EQ(second->end_step, again->total_steps());
 }
 
 TEST_F(TrainerTest, CheckpointOfAnotherModelShape_ClearErrorBeforeTraining) {
@@ -313,6 +347,46 @@ TEST(CoordinatorBinaryTest, KilledMidJob_RerunResumesAtLastCheckpointAndFinishes
   EXPECT_EQ(j["start_step"].get<int64_t>(), latest->step);
   EXPECT_GT(j["end_step"].get<int64_t>(), latest->step);
   EXPECT_LT(j["test_rmse"].get<double>(), j["baseline_test_rmse"].get<double>());
+}
+
+// SIGTERM (as Kubernetes stops a pod): the job stops between steps, saves a final checkpoint, prints
+// its summary and exits 143; a rerun goes on from that checkpoint.
+TEST(CoordinatorBinaryTest, SigtermMidJob_FinalCheckpointAndSummary_RerunGoesOn) {
+  const std::string dir = FreshTempDir("sigterm");
+  const std::string csv = WriteRatings(dir);
+  const std::string ckpt = dir + "/ckpt";
+  const std::vector<std::string> argv = {
+      RunfilePath("trainer/coordinator"), "--model=movielens_mf", "--data=" + csv,
+      "--user_col=user", "--item_col=item", "--rating_col=stars", "--batch_size=8",
+      "--epochs=150", "--checkpoint_dir=" + ckpt, "--checkpoint_every_steps=200", "--logdir="};
+  auto first = Subprocess::Start("first", argv, {}, dir);
+  ASSERT_TRUE(first.ok()) << first.status();
+  const absl::Time deadline = absl::Now() + absl::Seconds(120);
+  while (!LatestCheckpoint(ckpt).ok() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_TRUE(LatestCheckpoint(ckpt).ok()) << (*first)->Stderr();
+  (*first)->Signal(SIGTERM);
+  ASSERT_EQ(*(*first)->Wait(absl::Seconds(120)), 128 + SIGTERM) << (*first)->Stderr();
+  EXPECT_THAT((*first)->Stderr(), HasSubstr("SIGTERM: stopping after the steps in flight"));
+  const std::string out = (*first)->Stdout();
+  const size_t line_start = out.rfind("\n{");
+  nlohmann::json j =
+      nlohmann::json::parse(line_start == std::string::npos ? out : out.substr(line_start + 1));
+  EXPECT_TRUE(j.value("interrupted", false));
+  absl::StatusOr<CheckpointEntry> latest = LatestCheckpoint(ckpt);
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ(latest->step, j["end_step"].get<int64_t>());
+
+  auto second = Subprocess::Start("second", argv, {}, dir);
+  ASSERT_TRUE(second.ok());
+  ASSERT_EQ(*(*second)->Wait(absl::Seconds(240)), 0) << (*second)->Stderr();
+  const std::string out2 = (*second)->Stdout();
+  const size_t start2 = out2.rfind("\n{");
+  nlohmann::json j2 =
+      nlohmann::json::parse(start2 == std::string::npos ? out2 : out2.substr(start2 + 1));
+  EXPECT_EQ(j2["start_step"].get<int64_t>(), latest->step);
+  EXPECT_FALSE(j2.value("interrupted", false));
 }
 
 }  // namespace

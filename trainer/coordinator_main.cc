@@ -28,6 +28,7 @@
 #include "absl/time/time.h"
 #include "common/byte_size.h"
 #include "common/logging.h"
+#include "common/stop_signal.h"
 #include "cluster/security_flags.h"
 #include "cluster/spec_flag.h"
 #include "absl/time/clock.h"
@@ -483,6 +484,10 @@ int RunTrainJob(const JobPlan& plan) {
   } else {
     absl::StatusOr<std::unique_ptr<Model>> model = CreateModel(name, options);
     if (!model.ok()) return Fail(std::string(model.status().message()));
+    // SIGINT / SIGTERM stop the job between steps, with a final checkpoint (the synchronous
+    // strategies' ranks step together, so there a signal ends the job as it always did).
+    InstallStopSignals();
+    trainer.stop_requested = [] { return StopSignalled(); };
     result = Train(*plan.spec, model->get(), trainer);
   }
   if (!result.ok()) return Fail(std::string(result.status().message()));
@@ -510,6 +515,9 @@ int RunTrainJob(const JobPlan& plan) {
   }
   std::printf("%s\n", result->ToJson().c_str());
   std::fflush(stdout);
+  // Stopped by a signal: the status a shell expects of it (130 for SIGINT, 143 for SIGTERM), its
+  // final checkpoint and summary written.
+  if (result->interrupted && StopSignalled()) return 128 + StopSignalNumber();
   return 0;
 }
 

@@ -63,6 +63,7 @@ std::string TrainResult::ToJson() const {
     }
     j["stopped_early"] = stopped_early;
   }
+  if (interrupted) j["interrupted"] = true;
   if (!evaluated.empty()) j["evaluated"] = evaluated;
   for (const auto& [k, v] : metrics.notes) j[k] = v;
   for (const auto& [name, t] : tables) {
@@ -304,6 +305,16 @@ class TrainingLoop {
   // max_pending_steps in flight, with validations and saves when due.
   absl::Status TrainSteps(bool stop) {
     for (int64_t step = start_; step < end_ && !stop; ++step) {
+      if (options_.stop_requested && options_.stop_requested()) {
+        // Steps [0, step) scheduled: they are collected, then Finish saves the final checkpoint
+        // at `step`, from which a later run goes on.
+        result_.interrupted = true;
+        end_ = step;
+        progress_->Message(absl::StrCat("stop requested: finishing the ", pending_.size(),
+                                        " step(s) in flight, then a final checkpoint at step ",
+                                        step));
+        break;
+      }
       // At most max_pending_steps in flight (with 1, a step starts only after the previous one
       // finished); the step after the first only once the first finished, if it runs alone.
       const int64_t limit =
@@ -342,6 +353,10 @@ class TrainingLoop {
     if (stop || result_.stopped_early || end_ != total_) return absl::OkStatus();
     constexpr int kMaxRounds = 64;
     for (int round = 0;; ++round) {
+      if (options_.stop_requested && options_.stop_requested()) {
+        result_.interrupted = true;
+        return absl::OkStatus();
+      }
       const int64_t more = model_->PendingSteps();
       if (more == 0) return absl::OkStatus();
       if (round == kMaxRounds) {

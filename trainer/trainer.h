@@ -99,6 +99,11 @@ struct TrainerOptions {
   // keep_checkpoints says), and evaluate the test data on it at the end. Default true; without a
   // checkpoint_dir the final weights are evaluated (and the summary says so).
   bool keep_best = true;
+  // Polled before each step is scheduled: true stops training there. The steps in flight are
+  // collected, the final checkpoint is saved at the step reached (a later run resumes from it),
+  // the test evaluation runs and TrainResult::interrupted says so. The coordinator binary asks
+  // whether SIGINT or SIGTERM arrived (common/stop_signal.h). Default null: never.
+  std::function<bool()> stop_requested;
   // Tests only: called after each step is collected; an error stops training with that error.
   std::function<absl::Status(int64_t step)> after_step;
   // Called once the variables are set up (and restored), before the first step; an error stops
@@ -144,6 +149,8 @@ struct TrainResult {
   int64_t best_step = -1;
   double best_value = 0;
   bool stopped_early = false;
+  // Stopped at end_step because TrainerOptions::stop_requested said so.
+  bool interrupted = false;
   std::string evaluated;
   // Each dynamic table's counters at the end, summed over its shards (keys, admitted, rejected,
   // evicted by TTL and by capacity, erased, bytes).
