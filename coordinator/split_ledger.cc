@@ -62,7 +62,11 @@ absl::StatusOr<std::shared_ptr<SplitLedger>> SplitLedger::Create(SplitLedgerOpti
     }
     rows += r;
   }
-  if (rows == 0) return bad("the splits hold no training rows");
+  if (rows == 0 && !options.follow) return bad("the splits hold no training rows");
+  if (options.follow && options.epochs != 1) {
+    return bad(absl::StrCat("a ledger that follows its data deals it once (epochs ",
+                            options.epochs, ", not 1)"));
+  }
   if (options.epochs < 1) return bad(absl::StrCat("epochs ", options.epochs, " < 1"));
   if (options.num_workers < 1) return bad(absl::StrCat("num_workers ", options.num_workers, " < 1"));
   if (options.batch_size < 1) return bad(absl::StrCat("batch_size ", options.batch_size, " < 1"));
@@ -73,22 +77,26 @@ absl::StatusOr<std::shared_ptr<SplitLedger>> SplitLedger::Create(SplitLedgerOpti
   return std::shared_ptr<SplitLedger>(new SplitLedger(std::move(options)));
 }
 
-SplitLedger::SplitLedger(SplitLedgerOptions options)
-    : options_(std::move(options)), num_splits_(static_cast<int64_t>(options_.split_rows.size())) {
+SplitLedger::SplitLedger(SplitLedgerOptions options) : options_(std::move(options)) {
+  absl::MutexLock lock(&mu_);
+  split_rows_ = options_.split_rows;
+  num_splits_ = static_cast<int64_t>(split_rows_.size());
+  if (options_.follow) descriptors_.assign(split_rows_.size(), std::string());
   done_.assign(static_cast<size_t>(num_splits_ * options_.epochs), false);
   held_.assign(options_.num_workers, 0);
   inflight_.assign(options_.num_workers, 0);
   seq_.assign(options_.num_workers, 0);
   counts_.splits = 0;
-  for (int64_t r : options_.split_rows) counts_.splits += r > 0 ? 1 : 0;
+  for (int64_t r : split_rows_) counts_.splits += r > 0 ? 1 : 0;
   int64_t rows = 0;
-  for (int64_t r : options_.split_rows) rows += r;
+  for (int64_t r : split_rows_) rows += r;
   counts_.rows_left = rows * options_.epochs;
 }
 
 std::vector<int64_t> SplitLedger::EpochOrder(int epoch) const {
   std::vector<int64_t> order(static_cast<size_t>(num_splits_));
   for (int64_t s = 0; s < num_splits_; ++s) order[s] = epoch * num_splits_ + s;
+  if (options_.follow) return order;  // arrival order
   std::mt19937_64 rng(options_.seed * 0x9e3779b97f4a7c15ULL + static_cast<uint64_t>(epoch) + 1);
   std::shuffle(order.begin(), order.end(), rng);
   return order;
@@ -98,7 +106,7 @@ void SplitLedger::PushEpochLocked() {
   const int epoch = next_epoch_++;
   counts_.epoch = epoch;
   for (int64_t id : EpochOrder(epoch)) {
-    if (options_.split_rows[id % num_splits_] == 0) {
+    if (RowsOfLocked(id) == 0) {
       done_[id] = true;  // nothing to train in it (not counted: Counts::splits leaves it out)
       continue;
     }
@@ -133,8 +141,9 @@ bool SplitLedger::CanTake(int worker) {
   if (!AllDealtLocked()) return true;  // Deal gives it rows
   if (held_[worker] > static_cast<int64_t>(inflight_[worker]) * options_.batch_size) return true;
   // Nothing to deal and its rows are in its closures already: other workers' rows are theirs to
-  // train; once none is left anywhere, closures run (and train nothing).
-  return counts_.rows_left == 0;
+  // train; once none is left anywhere, closures run (and train nothing). Following, more data will
+  // come: the closure waits for it.
+  return counts_.rows_left == 0 && !options_.follow;
 }
 
 std::vector<Tensor> SplitLedger::Deal(int worker) {
@@ -150,7 +159,7 @@ std::vector<Tensor> SplitLedger::Deal(int worker) {
       if (id < 0) break;
       auto [it, fresh] = open_.try_emplace(id);
       Split& s = it->second;
-      if (fresh) s.rows = options_.split_rows[id % num_splits_];
+      if (fresh) s.rows = RowsOfLocked(id);
       if (s.dealt_before) ++counts_.splits_reassigned;
       s.dealt_before = true;
       s.worker = worker;
@@ -165,11 +174,15 @@ std::vector<Tensor> SplitLedger::Deal(int worker) {
     if (!dealt.empty()) ++seq_[worker];
     deal.seq = seq_[worker];
   }
-  return {EncodeDeal(deal)};
+  if (!options_.follow) return {EncodeDeal(deal)};
+  nlohmann::json descriptors = nlohmann::json::array();
+  for (const DealtSplit& d : dealt) descriptors.push_back(descriptors_[d.id]);
+  return {EncodeDeal(deal), Tensor::String(descriptors.dump())};
 }
 
 void SplitLedger::Completed(int worker, const std::vector<Tensor>& outputs) {
   absl::MutexLock lock(&mu_);
+  ++closures_completed_;
   if (worker >= 0 && worker < options_.num_workers && inflight_[worker] > 0) --inflight_[worker];
   if (static_cast<int>(outputs.size()) <= options_.rows_output ||
       !outputs[options_.rows_output].Is<int64_t>()) {
@@ -251,6 +264,50 @@ void SplitLedger::AddMetrics(MetricsRegistry::Sink& out) {
                static_cast<double>(c.rows_left));
 }
 
+absl::Status SplitLedger::Append(const std::vector<int64_t>& split_rows,
+                                 const std::vector<std::string>& descriptors) {
+  if (!options_.follow) {
+    return absl::FailedPreconditionError("split ledger: splits arrive only when following");
+  }
+  if (split_rows.size() != descriptors.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("split ledger: ", split_rows.size(),
+                                                   " splits but ", descriptors.size(),
+                                                   " descriptors"));
+  }
+  for (size_t i = 0; i < split_rows.size(); ++i) {
+    if (split_rows[i] < 0 || split_rows[i] >= (int64_t{1} << 32)) {
+      return absl::InvalidArgumentError(absl::StrCat("split ledger: an arriving split has ",
+                                                     split_rows[i], " rows (0 to 2^32 - 1)"));
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  if (num_splits_ + static_cast<int64_t>(split_rows.size()) >= (int64_t{1} << 31)) {
+    return absl::InvalidArgumentError("split ledger: 2^31 splits followed");
+  }
+  for (size_t i = 0; i < split_rows.size(); ++i) {
+    const int64_t id = num_splits_++;
+    const int64_t rows = split_rows[i];
+    split_rows_.push_back(rows);
+    descriptors_.push_back(descriptors[i]);
+    done_.push_back(rows == 0);  // nothing to train in it (not counted)
+    counts_.splits += rows > 0 ? 1 : 0;
+    counts_.rows_left += rows;
+    // Dealt after those before it (once dealing began; else with the first deal).
+    if (rows > 0 && next_epoch_ > 0) pool_.push_back(id);
+  }
+  return absl::OkStatus();
+}
+
+int64_t SplitLedger::num_splits() const {
+  absl::MutexLock lock(&mu_);
+  return num_splits_;
+}
+
+int64_t SplitLedger::ClosuresCompleted() const {
+  absl::MutexLock lock(&mu_);
+  return closures_completed_;
+}
+
 SplitLedger::Counts SplitLedger::counts() const {
   absl::MutexLock lock(&mu_);
   Counts c = counts_;
@@ -311,7 +368,7 @@ absl::Status SplitLedger::StartAtEpoch(int epochs) {
     return absl::FailedPreconditionError("split ledger: already dealing");
   }
   int64_t epoch_rows = 0;
-  for (int64_t r : options_.split_rows) epoch_rows += r;
+  for (int64_t r : split_rows_) epoch_rows += r;
   for (int64_t id = 0; id < epochs * num_splits_; ++id) done_[id] = true;
   next_epoch_ = epochs;
   counts_.epoch = epochs;
@@ -327,6 +384,7 @@ absl::Status SplitLedger::Restore(const std::string& state) {
   };
   absl::StatusOr<nlohmann::json> parsed = ParseJson(state);
   if (!parsed.ok()) return bad(std::string(parsed.status().message()));
+  absl::MutexLock lock(&mu_);
   const nlohmann::json& j = *parsed;
   if (!j.is_object() || !j.value("splits", nlohmann::json()).is_number_integer() ||
       !j.value("epochs", nlohmann::json()).is_number_integer() ||
@@ -374,7 +432,7 @@ absl::Status SplitLedger::Restore(const std::string& state) {
       return bad(absl::StrCat("partial split ", id));
     }
     Split s;
-    s.rows = options_.split_rows[id % num_splits_];
+    s.rows = RowsOfLocked(id);
     s.dealt_before = true;
     s.seen.assign(static_cast<size_t>(s.rows), false);
     for (const nlohmann::json& r : p["trained"]) {
@@ -388,7 +446,6 @@ absl::Status SplitLedger::Restore(const std::string& state) {
     open.emplace(id, std::move(s));
   }
   done_bits.resize(ids);  // epochs past this job's (none begun) are left out
-  absl::MutexLock lock(&mu_);
   done_ = std::move(done_bits);
   open_ = std::move(open);
   pool_.clear();
@@ -412,10 +469,10 @@ absl::Status SplitLedger::Restore(const std::string& state) {
   int64_t rows_left = 0;
   for (int64_t id = 0; id < static_cast<int64_t>(done_.size()); ++id) {
     if (done_[id]) {
-      c.splits_done += options_.split_rows[id % num_splits_] > 0 ? 1 : 0;
-      c.rows_trained += options_.split_rows[id % num_splits_];
+      c.splits_done += RowsOfLocked(id) > 0 ? 1 : 0;
+      c.rows_trained += RowsOfLocked(id);
     } else {
-      rows_left += options_.split_rows[id % num_splits_];
+      rows_left += RowsOfLocked(id);
     }
   }
   for (const auto& [id, s] : open_) {

@@ -60,6 +60,13 @@ struct SplitLedgerOptions {
   int64_t hold_rows = 8192;
   // Which output of a completed closure lists the rows it trained (int64 RowIds). Default 3.
   int rows_output = 3;
+  // A job that follows its data (online training): more splits arrive while it runs (Append),
+  // each dealt once, in arrival order, with its descriptor (what a worker needs to read it; the
+  // ledger doesn't look inside). epochs must be 1 and split_rows may start empty. The data never
+  // runs out: a worker that holds no rows takes no closure until more arrive, so the model
+  // schedules a closure only once there are rows for it (RowsLeft, ClosuresCompleted). Deal()
+  // then makes two arguments: the deal, and a string tensor of the dealt splits' descriptors.
+  bool follow = false;
 };
 
 // One split as dealt: its id (epoch * splits + split) and the rows of it already trained, which the
@@ -103,6 +110,17 @@ class SplitLedger final : public ClosureDealer {
   void WorkerLost(int worker) override;
   // pstrain_data_splits_{done,in_flight,reassigned}, pstrain_data_rows_{trained,twice,left}.
   void AddMetrics(MetricsRegistry::Sink& out) override;
+
+  // Follow mode: splits that arrived, with their training rows and descriptors (as many of each),
+  // appended to the order. Errors: kFailedPrecondition unless following; kInvalidArgument for a
+  // count out of range or the lists' lengths differing.
+  absl::Status Append(const std::vector<int64_t>& split_rows,
+                      const std::vector<std::string>& descriptors);
+  // Splits known (follow mode: so far).
+  int64_t num_splits() const;
+  // Closures that completed (Completed) so far: with the count a model scheduled, the closures
+  // still to come.
+  int64_t ClosuresCompleted() const;
 
   // What the ledger has seen so far.
   struct Counts {
@@ -148,14 +166,21 @@ class SplitLedger final : public ClosureDealer {
   // The next id to deal, or -1 when every epoch is dealt.
   int64_t NextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PushEpochLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::vector<int64_t> EpochOrder(int epoch) const;
+  std::vector<int64_t> EpochOrder(int epoch) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Training rows of dealt id `id`.
+  int64_t RowsOfLocked(int64_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return split_rows_[static_cast<size_t>(id % num_splits_)];
+  }
   bool AllDealtLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const SplitLedgerOptions options_;
-  const int64_t num_splits_;
 
   mutable absl::Mutex mu_;
   // Below: guarded by mu_.
+  std::vector<int64_t> split_rows_ ABSL_GUARDED_BY(mu_);     // by split (follow: grows)
+  int64_t num_splits_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::string> descriptors_ ABSL_GUARDED_BY(mu_);  // follow mode, by split
+  int64_t closures_completed_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<int64_t, Split> open_ ABSL_GUARDED_BY(mu_);  // dealt at least once, not done
   std::deque<int64_t> pool_ ABSL_GUARDED_BY(mu_);       // to deal, front first
   int next_epoch_ ABSL_GUARDED_BY(mu_) = 0;             // epochs not yet in the pool from here

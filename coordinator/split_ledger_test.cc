@@ -4,7 +4,9 @@
 #include <set>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
+#include "nlohmann/json.hpp"
 #include "gtest/gtest.h"
 
 namespace pstrain {
@@ -303,6 +305,114 @@ TEST(SplitLedgerTest, Restore_OtherDataOrMalformed_Rejected) {
   EXPECT_EQ((*a)->Restore(R"({"splits":2,"epochs":1,"next_epoch":1,"done":"z","partial":[]})")
                 .code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Follow mode: one closure on `worker` (dealt, its splits' descriptors checked against `names`),
+// training every row it was dealt; returns the dealt split ids.
+std::vector<int64_t> FollowClosure(SplitLedger& ledger, int worker,
+                                   const std::vector<int64_t>& rows,
+                                   const std::vector<std::string>& names, Seen* seen) {
+  std::vector<Tensor> extra = ledger.Deal(worker);
+  EXPECT_EQ(extra.size(), 2u);
+  absl::StatusOr<Deal> deal = ParseDeal(extra[0]);
+  EXPECT_TRUE(deal.ok()) << deal.status();
+  const nlohmann::json descriptors = nlohmann::json::parse(extra[1].data);
+  EXPECT_EQ(descriptors.size(), deal->splits.size());
+  std::vector<int64_t> ids, trained;
+  for (size_t i = 0; i < deal->splits.size(); ++i) {
+    const DealtSplit& d = deal->splits[i];
+    ids.push_back(d.id);
+    EXPECT_EQ(descriptors[i].get<std::string>(), names[d.id]);
+    std::set<int64_t> skip(d.skip.begin(), d.skip.end());
+    for (int64_t r = 0; r < rows[d.id]; ++r) {
+      if (skip.count(r) == 0) trained.push_back(RowId(d.id, r));
+    }
+  }
+  for (int64_t r : trained) ++(*seen)[r];
+  ledger.Completed(worker, {Tensor::Scalar<float>(0), Tensor::Scalar<int64_t>(0),
+                            Tensor::Scalar<float>(0), Tensor::FromVector(trained)});
+  return ids;
+}
+
+TEST(SplitLedgerTest, Follow_SplitsArriveWhileDealing_EachDealtOnceInArrivalOrder) {
+  SplitLedgerOptions o = Options({}, 2);
+  o.follow = true;
+  o.hold_rows = 8;
+  auto ledger = *SplitLedger::Create(o);
+  std::vector<int64_t> rows;
+  std::vector<std::string> names;
+  auto arrive = [&](std::vector<int64_t> r) {
+    std::vector<std::string> n;
+    for (int64_t x : r) {
+      rows.push_back(x);
+      names.push_back(absl::StrCat("file", names.size()));
+      n.push_back(names.back());
+    }
+    ASSERT_TRUE(ledger->Append(r, n).ok());
+  };
+  Seen seen;
+  // Nothing yet: a deal deals nothing.
+  EXPECT_TRUE(FollowClosure(*ledger, 0, rows, names, &seen).empty());
+  arrive({5, 5, 0, 5});
+  EXPECT_EQ(ledger->num_splits(), 4);
+  EXPECT_EQ(ledger->counts().rows_left, 15);
+  EXPECT_THAT(FollowClosure(*ledger, 0, rows, names, &seen), ::testing::ElementsAre(0, 1));
+  EXPECT_THAT(FollowClosure(*ledger, 1, rows, names, &seen), ::testing::ElementsAre(3));
+  // All trained: the data never runs out when following, so no worker takes a closure.
+  EXPECT_EQ(ledger->counts().rows_left, 0);
+  EXPECT_FALSE(ledger->CanTake(0));
+  EXPECT_FALSE(ledger->CanTake(1));
+  arrive({3, 4});
+  EXPECT_TRUE(ledger->CanTake(1));
+  EXPECT_THAT(FollowClosure(*ledger, 1, rows, names, &seen), ::testing::ElementsAre(4, 5));
+  EXPECT_EQ(ledger->ClosuresCompleted(), 4);
+  EXPECT_EQ(seen.size(), 22u);
+  for (const auto& [id, n] : seen) EXPECT_EQ(n, 1) << id;
+  EXPECT_EQ(ledger->counts().splits_done, 5);  // the empty split isn't counted
+}
+
+TEST(SplitLedgerTest, Follow_StateRestore_GoesOnWithoutRepeatsAndTakesNewArrivals) {
+  SplitLedgerOptions o = Options({}, 1);
+  o.follow = true;
+  o.hold_rows = 4;
+  o.batch_size = 4;
+  const std::vector<int64_t> rows = {4, 4, 4, 4};
+  const std::vector<std::string> names = {"a", "b", "c", "d"};
+  auto first = *SplitLedger::Create(o);
+  ASSERT_TRUE(first->Append({4, 4, 4}, {"a", "b", "c"}).ok());
+  Seen seen;
+  EXPECT_THAT(FollowClosure(*first, 0, rows, names, &seen), ::testing::ElementsAre(0));
+  const std::string state = first->State();
+
+  // The job again: the splits known at the checkpoint arrive first, in their order; then the
+  // restore; then what arrived since.
+  auto second = *SplitLedger::Create(o);
+  ASSERT_TRUE(second->Append({4, 4}, {"a", "b"}).ok());
+  EXPECT_THAT(second->Restore(state).message(), HasSubstr("the data changed"));
+  ASSERT_TRUE(second->Append({4}, {"c"}).ok());
+  ASSERT_TRUE(second->Restore(state).ok());
+  ASSERT_TRUE(second->Append({4}, {"d"}).ok());
+  std::vector<int64_t> dealt;
+  for (int i = 0; i < 3; ++i) {
+    for (int64_t id : FollowClosure(*second, 0, rows, names, &seen)) dealt.push_back(id);
+  }
+  EXPECT_THAT(dealt, ::testing::ElementsAre(1, 2, 3));
+  EXPECT_EQ(seen.size(), 16u);
+  for (const auto& [id, n] : seen) EXPECT_EQ(n, 1) << id;
+  EXPECT_EQ(second->counts().rows_left, 0);
+}
+
+TEST(SplitLedgerTest, Follow_BadUse_NamesWhatIsWrong) {
+  SplitLedgerOptions o = Options({}, 1);
+  o.follow = true;
+  o.epochs = 2;
+  EXPECT_THAT(SplitLedger::Create(o).status().message(), HasSubstr("deals it once"));
+  auto fixed = *SplitLedger::Create(Options({3}, 1));
+  EXPECT_EQ(fixed->Append({1}, {"x"}).code(), absl::StatusCode::kFailedPrecondition);
+  o.epochs = 1;
+  auto follow = *SplitLedger::Create(o);
+  EXPECT_THAT(follow->Append({1, 2}, {"x"}).message(), HasSubstr("2 splits but 1 descriptors"));
+  EXPECT_THAT(follow->Append({-1}, {"x"}).message(), HasSubstr("-1 rows"));
 }
 
 TEST(SplitLedgerTest, Create_BadOptions_NameWhatIsWrong) {
