@@ -1,6 +1,7 @@
 #include "common/stop_signal.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include "gtest/gtest.h"
 
@@ -24,6 +25,8 @@ TEST(StopSignalDeathTest, SecondSignal_EndsTheProcessAsTheDefaultWould) {
       {
         InstallStopSignals();
         ::raise(SIGINT);
+        ::raise(SIGINT);  // the same stop, delivered twice
+        ::usleep(1100 * 1000);
         ::raise(SIGTERM);
         _exit(0);  // not reached
       },

@@ -39,6 +39,7 @@
 #define PSTRAIN_MODELS_MODEL_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -152,6 +153,15 @@ class Model {
   // last row is trained, not at a count of steps: batches can come short at the end); the trainer
   // runs them and asks again, until 0. Default 0.
   virtual int64_t PendingSteps() const { return 0; }
+  // Models that follow their data (online training: more arrives while the job runs): whether this
+  // one does (its total_steps() is then a bound it never reaches: it trains until stopped); and a
+  // wait, before step `step` is scheduled, until there are rows for it, polling `stop` (false:
+  // `stop` said to stop first). Errors: the data's (a file that arrived and can't be read). Default:
+  // no, and true at once.
+  virtual bool follows_data() const { return false; }
+  virtual absl::StatusOr<bool> WaitForStep(int64_t step, const std::function<bool()>& stop) {
+    return true;
+  }
   // A few words the progress line shows after its figures (e.g. the data dealt so far); empty:
   // none. Default: none.
   virtual std::string ProgressNote() const { return ""; }

@@ -146,6 +146,9 @@ ABSL_FLAG(std::string, feature_spec, "",
 ABSL_FLAG(std::string, bad_rows, "",
           "tabular: error (default: the first bad row stops the job, naming its file, line and "
           "column) or skip (such rows are skipped and counted in the summary).");
+ABSL_FLAG(bool, follow, false,
+          "tabular: follow --data (a directory) for new files, training each once as it arrives, "
+          "until SIGINT/SIGTERM (online training, docs/online.md).");
 ABSL_FLAG(std::vector<std::string>, model_opt, {},
           "train: more model options as key=value,key=value (each model lists its own).");
 ABSL_FLAG(std::string, checkpoint_dir, "runs/{model}/checkpoints",
@@ -320,6 +323,7 @@ absl::StatusOr<ModelOptions> ModelOptionsFromFlags() {
     options.extra["feature_spec"] = absl::GetFlag(FLAGS_feature_spec);
   }
   if (!absl::GetFlag(FLAGS_bad_rows).empty()) options.extra["bad_rows"] = absl::GetFlag(FLAGS_bad_rows);
+  if (absl::GetFlag(FLAGS_follow)) options.extra["follow"] = "true";
   for (const std::string& kv : absl::GetFlag(FLAGS_model_opt)) {
     const size_t eq = kv.find('=');
     if (eq == std::string::npos || eq == 0) {

@@ -270,7 +270,9 @@ class TrainingLoop {
     result_.restored_from = restored.path;
     watcher_->Restore(restored.state);
     result_.stopped_early = restored.state.count(kStoppedEarlyState) > 0;
-    LOG(INFO) << "resuming " << model_->name() << " at step " << start_ << " of " << total_
+    LOG(INFO) << "resuming " << model_->name() << " at step " << start_
+              << (model_->follows_data() ? std::string(" (following its data)")
+                                         : absl::StrCat(" of ", total_))
               << " from " << restored.path
               << (result_.stopped_early ? " (that run stopped early: no more training)" : "");
     return absl::OkStatus();
@@ -282,7 +284,7 @@ class TrainingLoop {
       ASSIGN_OR_RETURN(events_, EventWriter::Create(options_.logdir));
     }
     ProgressOptions progress_options = options_.progress;
-    progress_options.total_steps = end_;
+    progress_options.total_steps = model_->follows_data() ? 0 : end_;  // following: no end
     progress_options.initial_step = start_;
     progress_options.initial_examples = examples_before_;
     if (!progress_options.note) {
@@ -305,7 +307,15 @@ class TrainingLoop {
   // max_pending_steps in flight, with validations and saves when due.
   absl::Status TrainSteps(bool stop) {
     for (int64_t step = start_; step < end_ && !stop; ++step) {
-      if (options_.stop_requested && options_.stop_requested()) {
+      const std::function<bool()> stop_requested = [this] {
+        return options_.stop_requested && options_.stop_requested();
+      };
+      bool ready = !stop_requested();
+      // A model that follows its data waits here for rows (or the stop).
+      if (ready) {
+        ASSIGN_OR_RETURN(ready, model_->WaitForStep(step, stop_requested));
+      }
+      if (!ready) {
         // Steps [0, step) scheduled: they are collected, then Finish saves the final checkpoint
         // at `step`, from which a later run goes on.
         result_.interrupted = true;

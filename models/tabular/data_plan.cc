@@ -81,6 +81,62 @@ void Chunks(const FileInfo& file, int fi, size_t a, size_t b, int64_t bytes,
   out->push_back(RangeOf(file, fi, start, b));
 }
 
+nlohmann::json FileJson(const FileInfo& f) {
+  return {{"path", f.path}, {"role", static_cast<int>(f.role)},
+          {"index", f.index}, {"gzip", f.gzip},
+          {"rows", f.rows},   {"train_rows", f.train_rows},
+          {"end", f.end}};
+}
+
+absl::Status FileFromJson(const nlohmann::json& fj, FileInfo* f) {
+  auto bad = [](absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat("tabular data plan: ", what));
+  };
+  if (!fj.is_object() || !fj.value("path", nlohmann::json()).is_string() ||
+      !fj.value("role", nlohmann::json()).is_number_integer() ||
+      !fj.value("index", nlohmann::json()).is_number_integer() ||
+      !fj.value("gzip", nlohmann::json()).is_boolean() ||
+      !fj.value("rows", nlohmann::json()).is_number_integer() ||
+      !fj.value("train_rows", nlohmann::json()).is_number_integer() ||
+      !fj.value("end", nlohmann::json()).is_number_integer()) {
+    return bad("a file's entry is malformed");
+  }
+  f->path = fj["path"].get<std::string>();
+  const int role = fj["role"].get<int>();
+  if (role < 0 || role > 3) return bad("a file's role is out of range");
+  f->role = static_cast<FileRole>(role);
+  f->index = fj["index"].get<int>();
+  f->gzip = fj["gzip"].get<bool>();
+  f->rows = fj["rows"].get<int64_t>();
+  f->train_rows = fj["train_rows"].get<int64_t>();
+  f->end = fj["end"].get<int64_t>();
+  return absl::OkStatus();
+}
+
+nlohmann::json RangeJson(const Range& r) {
+  return {r.file, r.begin, r.end, r.first_line, r.rows, r.train_rows};
+}
+
+absl::Status RangeFromJson(const nlohmann::json& rj, Range* r) {
+  auto bad = [](absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat("tabular data plan: ", what));
+  };
+  if (!rj.is_array() || rj.size() != 6) return bad("a range is malformed");
+  for (const nlohmann::json& v : rj) {
+    if (!v.is_number_integer()) return bad("a range is malformed");
+  }
+  r->file = rj[0].get<int>();
+  r->begin = rj[1].get<int64_t>();
+  r->end = rj[2].get<int64_t>();
+  r->first_line = rj[3].get<int64_t>();
+  r->rows = rj[4].get<int64_t>();
+  r->train_rows = rj[5].get<int64_t>();
+  if (r->file < 0 || r->begin < 0 || r->end < r->begin || r->first_line < 1) {
+    return bad("a range is out of bounds");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 const char* SplitName(Split split) {
@@ -130,6 +186,7 @@ Split SplitOf(const Spec& spec, const Transformer& transformer, const FileInfo& 
               double validation_fraction, bool validation_files, uint64_t seed) {
   if (file.role == FileRole::kValidation) return Split::kValidation;
   if (file.role == FileRole::kTest) return Split::kTest;
+  if (file.role == FileRole::kStream) return Split::kTrain;
   bool test = false;
   if (!spec.split.test_column.empty()) {
     test = transformer.IsTestByColumn(fields, columns);
@@ -167,24 +224,14 @@ std::vector<Range> DataPlan::EvalUnits(Split split) const {
 nlohmann::json DataPlan::ToJson() const {
   nlohmann::json j;
   j["files"] = nlohmann::json::array();
-  for (const FileInfo& f : files) {
-    j["files"].push_back({{"path", f.path},
-                          {"role", static_cast<int>(f.role)},
-                          {"index", f.index},
-                          {"gzip", f.gzip},
-                          {"rows", f.rows},
-                          {"train_rows", f.train_rows},
-                          {"end", f.end}});
-  }
+  for (const FileInfo& f : files) j["files"].push_back(FileJson(f));
   j["stats"] = stats.ToJson();
   j["rows"] = {rows[0], rows[1], rows[2]};
   j["bad_rows"] = bad_rows;
   j["shares"] = nlohmann::json::array();
   for (const std::vector<Range>& share : shares) {
     nlohmann::json s = nlohmann::json::array();
-    for (const Range& r : share) {
-      s.push_back({r.file, r.begin, r.end, r.first_line, r.rows, r.train_rows});
-    }
+    for (const Range& r : share) s.push_back(RangeJson(r));
     j["shares"].push_back(s);
   }
   return j;
@@ -201,25 +248,8 @@ absl::StatusOr<DataPlan> DataPlan::FromJson(const nlohmann::json& j, size_t num_
   }
   DataPlan p;
   for (const nlohmann::json& fj : j["files"]) {
-    if (!fj.is_object() || !fj.value("path", nlohmann::json()).is_string() ||
-        !fj.value("role", nlohmann::json()).is_number_integer() ||
-        !fj.value("index", nlohmann::json()).is_number_integer() ||
-        !fj.value("gzip", nlohmann::json()).is_boolean() ||
-        !fj.value("rows", nlohmann::json()).is_number_integer() ||
-        !fj.value("train_rows", nlohmann::json()).is_number_integer() ||
-        !fj.value("end", nlohmann::json()).is_number_integer()) {
-      return bad("a file's entry is malformed");
-    }
     FileInfo f;
-    f.path = fj["path"].get<std::string>();
-    const int role = fj["role"].get<int>();
-    if (role < 0 || role > 2) return bad("a file's role is out of range");
-    f.role = static_cast<FileRole>(role);
-    f.index = fj["index"].get<int>();
-    f.gzip = fj["gzip"].get<bool>();
-    f.rows = fj["rows"].get<int64_t>();
-    f.train_rows = fj["train_rows"].get<int64_t>();
-    f.end = fj["end"].get<int64_t>();
+    RETURN_IF_ERROR(FileFromJson(fj, &f));
     p.files.push_back(std::move(f));
   }
   ASSIGN_OR_RETURN(p.stats, Stats::FromJson(j["stats"], num_features));
@@ -237,16 +267,8 @@ absl::StatusOr<DataPlan> DataPlan::FromJson(const nlohmann::json& j, size_t num_
         if (!v.is_number_integer()) return bad("a range is malformed");
       }
       Range r;
-      r.file = rj[0].get<int>();
-      r.begin = rj[1].get<int64_t>();
-      r.end = rj[2].get<int64_t>();
-      r.first_line = rj[3].get<int64_t>();
-      r.rows = rj[4].get<int64_t>();
-      r.train_rows = rj[5].get<int64_t>();
-      if (r.file < 0 || r.file >= static_cast<int>(p.files.size()) || r.begin < 0 ||
-          r.end < r.begin || r.first_line < 1) {
-        return bad("a range is out of bounds");
-      }
+      RETURN_IF_ERROR(RangeFromJson(rj, &r));
+      if (r.file >= static_cast<int>(p.files.size())) return bad("a range is out of bounds");
       share.push_back(r);
     }
     p.shares.push_back(std::move(share));
@@ -612,6 +634,34 @@ void PlanShares(int workers, int64_t min_ranges, DataPlan* plan) {
 }
 
 }  // namespace
+
+absl::StatusOr<std::vector<Range>> ScanArrival(const Spec& spec, const ScanOptions& options,
+                                               int number, FileInfo* file, int64_t* bad_rows) {
+  file->role = FileRole::kStream;
+  file->index = number;
+  file->rows = file->train_rows = file->end = 0;
+  file->marks.clear();
+  DataPlan scratch;  // the counts; the statistics are the first scan's
+  Scanner scanner(spec, options);
+  RETURN_IF_ERROR(scanner.ScanFile(file, &scratch));
+  *bad_rows += scratch.bad_rows;
+  std::vector<Range> ranges;
+  Chunks(*file, number, 0, file->marks.size(), kTrainChunkBytes, &ranges);
+  return ranges;
+}
+
+std::string FollowedSplitDescriptor(const FileInfo& file, const Range& range) {
+  return nlohmann::json{{"file", FileJson(file)}, {"range", RangeJson(range)}}.dump();
+}
+
+absl::Status ParseFollowedSplit(const std::string& descriptor, FileInfo* file, Range* range) {
+  nlohmann::json j = nlohmann::json::parse(descriptor, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("file") || !j.contains("range")) {
+    return absl::InvalidArgumentError("tabular data plan: a followed split is malformed");
+  }
+  RETURN_IF_ERROR(FileFromJson(j["file"], file));
+  return RangeFromJson(j["range"], range);
+}
 
 absl::StatusOr<DataPlan> Scan(const Spec& spec, const ScanOptions& options) {
   if (options.workers < 1) return absl::InvalidArgumentError("tabular scan: workers < 1");

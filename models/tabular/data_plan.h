@@ -36,8 +36,9 @@ namespace tabular {
 
 enum class Split : int { kTrain = 0, kValidation = 1, kTest = 2 };
 const char* SplitName(Split split);
-// What a file holds: data (split by the spec), or only validation or test rows.
-enum class FileRole : int { kData = 0, kValidation = 1, kTest = 2 };
+// What a file holds: data (split by the spec), only validation or test rows, or (a job that
+// follows its data: a file that arrived after the first) only training rows.
+enum class FileRole : int { kData = 0, kValidation = 1, kTest = 2, kStream = 3 };
 
 // The files matching `pattern`: a file, a directory (its regular files not starting with '.' or
 // '_', sorted), or a glob (sorted). Errors: kNotFound naming the pattern when nothing matches.
@@ -105,6 +106,20 @@ struct DataPlan {
 Split SplitOf(const Spec& spec, const Transformer& transformer, const FileInfo& file,
               absl::Span<const absl::string_view> fields, const ColumnMap& columns, int64_t line,
               double validation_fraction, bool validation_files, uint64_t seed);
+
+// A job that follows its data (online training, docs/online.md): files that arrive while it runs.
+// Each is read as Scan reads a data file (its header, every row checked, its marks) and cut into
+// training ranges of about 64 KiB; every row of it trains (kStream: a stream is scored before it
+// is trained on, progressive validation, instead of holding rows out). `file->path` is the
+// caller's; `number` is its index in the worker's numbering of files (Range::file) and the split
+// hashes' file index. Bad rows as Scan's (skip_bad_rows: counted into *bad_rows).
+absl::StatusOr<std::vector<Range>> ScanArrival(const Spec& spec, const ScanOptions& options,
+                                               int number, FileInfo* file, int64_t* bad_rows);
+
+// A training range with its file, as text for the split ledger's descriptor, and back. Errors
+// (Parse): kInvalidArgument for malformed text.
+std::string FollowedSplitDescriptor(const FileInfo& file, const Range& range);
+absl::Status ParseFollowedSplit(const std::string& descriptor, FileInfo* file, Range* range);
 
 // Scans every file: headers, splits, statistics, bad rows, shares. Errors: kNotFound (no data,
 // naming the pattern), kInvalidArgument naming the file, line and column of the first bad row

@@ -152,6 +152,54 @@ TEST(DataPlanTest, TinyFileManyWorkers_EveryWorkerStillTrains) {
   }
 }
 
+// A file that arrived while a job follows its data: every row training, cut into ranges whose
+// descriptors carry the file to a worker that never saw it, which reads each row once.
+TEST(DataPlanTest, ScanArrival_EveryRowTraining_ReadByAWorkerFromItsDescriptors) {
+  const std::string dir = FreshTempDir("arrival");
+  WriteText(dir + "/000.csv", Rows(0, 300));
+  WriteText(dir + "/001.csv", Rows(300, 12000));
+  Spec spec = MustParse(kSpec);
+  ScanOptions o;
+  o.data = dir + "/000.csv";
+  absl::StatusOr<DataPlan> plan = Scan(spec, o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  FileInfo file;
+  file.path = dir + "/001.csv";
+  int64_t bad = 0;
+  const int number = static_cast<int>(plan->files.size());
+  absl::StatusOr<std::vector<Range>> ranges = ScanArrival(spec, o, number, &file, &bad);
+  ASSERT_TRUE(ranges.ok()) << ranges.status();
+  EXPECT_EQ(file.role, FileRole::kStream);
+  EXPECT_EQ(file.rows, 12000);
+  EXPECT_EQ(file.train_rows, 12000);  // no held-out rows in a stream
+  EXPECT_EQ(bad, 0);
+  ASSERT_GT(ranges->size(), 1u);
+  // A worker's context knows only the plan; the descriptors bring the file.
+  DataContext context(spec, *plan, {});
+  std::vector<Range> parsed;
+  int64_t train = 0;
+  for (const Range& r : *ranges) {
+    FileInfo f;
+    Range back;
+    ASSERT_TRUE(ParseFollowedSplit(FollowedSplitDescriptor(file, r), &f, &back).ok());
+    EXPECT_EQ(back.file, number);
+    ASSERT_TRUE(context.AddFile(back.file, f).ok());
+    parsed.push_back(back);
+    train += back.train_rows;
+  }
+  EXPECT_EQ(train, 12000);
+  const std::vector<int64_t> ids = ReadShare(&context, parsed);
+  EXPECT_EQ(ids.size(), 12000u);
+  EXPECT_EQ(std::set<int64_t>(ids.begin(), ids.end()).size(), 12000u);
+  // Another file under the same number is refused; a malformed descriptor is named.
+  FileInfo other = file;
+  other.path = dir + "/002.csv";
+  EXPECT_THAT(context.AddFile(number, other).message(), HasSubstr("not " + other.path));
+  FileInfo f;
+  Range r;
+  EXPECT_THAT(ParseFollowedSplit("{\"file\": 3}", &f, &r).message(), HasSubstr("malformed"));
+}
+
 TEST(DataPlanTest, Splits_FractionsColumnAndFiles) {
   const std::string dir = FreshTempDir("splits");
   WriteText(dir + "/t.csv", Rows(0, 20000));

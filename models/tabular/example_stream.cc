@@ -50,10 +50,9 @@ absl::StatusOr<ColumnMap> DataContext::Columns(int file) {
     auto it = columns_.find(file);
     if (it != columns_.end()) return it->second;
   }
-  if (file < 0 || file >= static_cast<int>(plan_.files.size())) {
-    return absl::InvalidArgumentError(absl::StrCat("no data file ", file));
-  }
-  const std::string& path = plan_.files[file].path;
+  const FileInfo* info = File(file);
+  if (info == nullptr) return absl::InvalidArgumentError(absl::StrCat("no data file ", file));
+  const std::string& path = info->path;
   ASSIGN_OR_RETURN(std::vector<std::string> header,
                    data::ReadCsvHeaderRecord(path, spec_.delimiter));
   ASSIGN_OR_RETURN(ColumnMap columns, transformer_.MapColumns(header, path));
@@ -62,22 +61,48 @@ absl::StatusOr<ColumnMap> DataContext::Columns(int file) {
   return columns;
 }
 
+const FileInfo* DataContext::File(int file) {
+  if (file >= 0 && file < static_cast<int>(plan_.files.size())) return &plan_.files[file];
+  absl::MutexLock lock(&mu_);
+  auto it = arrived_.find(file);
+  return it == arrived_.end() ? nullptr : it->second.get();
+}
+
+absl::Status DataContext::AddFile(int file, FileInfo info) {
+  if (file >= 0 && file < static_cast<int>(plan_.files.size())) {
+    if (plan_.files[file].path == info.path) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat("data file ", file, " is ",
+                                                   plan_.files[file].path, ", not ", info.path));
+  }
+  if (file < 0) return absl::InvalidArgumentError(absl::StrCat("data file ", file, " < 0"));
+  absl::MutexLock lock(&mu_);
+  auto [it, fresh] = arrived_.try_emplace(file);
+  if (fresh) {
+    it->second = std::make_unique<FileInfo>(std::move(info));
+  } else if (it->second->path != info.path) {
+    return absl::InvalidArgumentError(absl::StrCat("data file ", file, " is ", it->second->path,
+                                                   ", not ", info.path));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<RangeReader>> RangeReader::Open(DataContext* context,
                                                                const Range& range, Split split) {
   std::unique_ptr<RangeReader> r(new RangeReader(context, range, split));
   ASSIGN_OR_RETURN(r->columns_, context->Columns(range.file));
+  r->file_ = context->File(range.file);  // known: Columns found it
   data::CsvRecordOptions o;
   o.delimiter = context->spec().delimiter;
   o.begin = range.begin;
   o.end = range.end;
   o.first_line = range.first_line;
   ASSIGN_OR_RETURN(r->reader_,
-                   data::CsvRecordReader::Open(context->plan().files[range.file].path, o));
+                   data::CsvRecordReader::Open(r->file_->path, o));
   return r;
 }
 
 absl::StatusOr<bool> RangeReader::Next(ExampleRef out) {
-  const FileInfo& file = context_->plan().files[range_.file];
+  const FileInfo& file = *file_;
   const DataContext::Options& o = context_->options();
   while (true) {
     ASSIGN_OR_RETURN(bool any, reader_->Next());
@@ -268,7 +293,7 @@ void DealtStream::GrowLocked(int64_t size) {
 absl::Status DealtStream::AddSplits(const Deal& deal) {
   absl::MutexLock lock(&mu_);
   for (const DealtSplit& d : deal.splits) {
-    if (splits_.empty() || d.id < 0) {
+    if ((splits_.empty() && followed_.count(d.id) == 0) || d.id < 0) {
       return absl::InvalidArgumentError(absl::StrCat("dealt split ", d.id, " is out of range"));
     }
   }
@@ -283,6 +308,18 @@ absl::Status DealtStream::AddSplits(const Deal& deal) {
   return absl::OkStatus();
 }
 
+absl::Status DealtStream::AddSplits(const Deal& deal, const std::vector<Range>& ranges) {
+  if (ranges.size() != deal.splits.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(deal.splits.size(), " dealt splits but ",
+                                                   ranges.size(), " ranges"));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    for (size_t i = 0; i < ranges.size(); ++i) followed_[deal.splits[i].id] = ranges[i];
+  }
+  return AddSplits(deal);
+}
+
 absl::StatusOr<bool> DealtStream::ReadOneLocked() {
   const size_t cycle = static_cast<size_t>(std::max(1, options_.interleave));
   while (true) {
@@ -291,7 +328,15 @@ absl::StatusOr<bool> DealtStream::ReadOneLocked() {
       o.id = dealt_.front().id;
       o.skip = std::move(dealt_.front().skip);
       dealt_.pop_front();
-      const Range& range = splits_[static_cast<size_t>(o.id) % splits_.size()];
+      Range range;
+      if (auto it = followed_.find(o.id); it != followed_.end()) {
+        range = it->second;
+        followed_.erase(it);
+      } else if (!splits_.empty()) {
+        range = splits_[static_cast<size_t>(o.id) % splits_.size()];
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat("dealt split ", o.id, " has no range"));
+      }
       ASSIGN_OR_RETURN(o.reader, RangeReader::Open(context_, range, Split::kTrain));
       open_.push_back(std::move(o));
     }

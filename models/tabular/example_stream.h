@@ -70,6 +70,12 @@ class DataContext {
   bool validation_files() const { return validation_files_; }
   // The columns of file `file`. Errors: the header's (MapColumns), I/O.
   absl::StatusOr<ColumnMap> Columns(int file);
+  // File `file`: the plan's, or one that arrived since (a job that follows its data; AddFile);
+  // null when unknown. The pointer stays valid as long as the context.
+  const FileInfo* File(int file);
+  // A file that arrived since the plan, numbered `file` (past the plan's). Adding the same file
+  // again is a no-op. Errors: kInvalidArgument for a number of the plan's or another file's.
+  absl::Status AddFile(int file, FileInfo info);
 
   // Rows skipped as bad so far, by every reader of this context.
   int64_t bad_rows() const { return bad_rows_.load(); }
@@ -84,6 +90,7 @@ class DataContext {
   std::atomic<int64_t> bad_rows_{0};
   absl::Mutex mu_;
   std::map<int, ColumnMap> columns_ ABSL_GUARDED_BY(mu_);
+  std::map<int, std::unique_ptr<FileInfo>> arrived_ ABSL_GUARDED_BY(mu_);  // by number
 };
 
 // The rows of one split in one range, as examples. Not thread-safe.
@@ -101,6 +108,7 @@ class RangeReader {
   DataContext* const context_;
   const Range range_;
   const Split split_;
+  const FileInfo* file_ = nullptr;
   ColumnMap columns_;
   std::unique_ptr<data::CsvRecordReader> reader_;
 };
@@ -182,6 +190,10 @@ class DealtStream {
 
   // Takes the splits dealt with a closure. Errors: kInvalidArgument for an id out of range.
   absl::Status AddSplits(const Deal& deal);
+  // A job that follows its data: the splits dealt with a closure, each with its range (as many;
+  // their files known to the context, DataContext::AddFile). Errors: kInvalidArgument for lists
+  // of other lengths.
+  absl::Status AddSplits(const Deal& deal, const std::vector<Range>& ranges);
   // Up to `n` examples (fewer when the worker's rows run out) into `out`, ids included. When the
   // rows run out before the deals up to `seq` arrived (closures run in any order), waits for them,
   // up to `wait`. Errors: RangeReader's.
@@ -211,6 +223,7 @@ class DealtStream {
   absl::Mutex mu_;
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
   std::deque<DealtSplit> dealt_ ABSL_GUARDED_BY(mu_);  // not opened yet
+  std::map<int64_t, Range> followed_ ABSL_GUARDED_BY(mu_);  // follow mode: dealt ids' ranges
   std::set<int64_t> deals_ ABSL_GUARDED_BY(mu_);       // seqs arrived beyond arrived_
   int64_t arrived_ ABSL_GUARDED_BY(mu_) = 0;           // every deal up to this one arrived
   std::vector<OpenSplit> open_ ABSL_GUARDED_BY(mu_);

@@ -1,6 +1,8 @@
 #include "models/tabular/tabular_model.h"
 
 #include <algorithm>
+#include <atomic>
+#include <filesystem>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -18,6 +20,7 @@
 #include "coordinator/split_ledger.h"
 #include "models/batches.h"
 #include "models/devices.h"
+#include "models/tabular/data_follower.h"
 #include "models/tabular/data_plan.h"
 #include "models/tabular/feature_spec.h"
 #include "models/tabular/tabular_lookup.h"
@@ -91,10 +94,15 @@ struct TabularConfig {
   std::string row_log;      // tests: where workers log the ids of the rows they train
   int slow_worker = -1;     // tests, benchmarks: this worker's steps take slow_factor times longer
   double slow_factor = 1;
+  bool follow = false;      // data: a directory followed for new files (data_follower.h)
+  absl::Duration follow_poll = absl::Seconds(1);
 };
 
-// The key of the split ledger's state in a checkpoint.
+// The key of the split ledger's state in a checkpoint; of the files a following job read.
 constexpr char kLedgerState[] = "tabular_split_ledger";
+constexpr char kFollowState[] = "tabular_followed_files";
+// A following job's steps: a bound it never reaches (it trains until stopped).
+constexpr int64_t kFollowSteps = int64_t{1} << 60;
 
 class TabularModel final : public Model {
  public:
@@ -105,12 +113,35 @@ class TabularModel final : public Model {
   absl::Status Setup(ClusterCoordinator* coordinator) override {
     tabular::ScanOptions so;
     so.data = config_.data;
+    std::string first_file;
+    if (config_.follow) {
+      // The directory's first file is the job's first data (data_follower.h).
+      std::error_code error;
+      if (!std::filesystem::is_directory(config_.data, error)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--follow: --data=", config_.data, " is not a directory (a followed job reads the new "
+            "files of a directory)"));
+      }
+      absl::StatusOr<std::vector<std::string>> files = tabular::ResolveFiles(config_.data);
+      if (!files.ok()) {
+        return absl::NotFoundError(absl::StrCat(
+            "--follow: ", config_.data, " has no data file yet: its first file sets the "
+            "statistics and the held-out rows, so the job starts once one is there"));
+      }
+      first_file = files->front();
+      so.data = first_file;
+    }
     so.validation_data = config_.validation_data;
     so.validation_fraction = config_.validation_fraction;
     so.seed = config_.seed;
     // A synchronous rank's coordinator has one worker (itself): its part of the data is one of
     // the ranks' shares. Dealt: one share, the splits of which the coordinator deals.
     const bool dealt = config_.deal_splits && config_.data_shards <= 1;
+    if (config_.follow && !dealt) {
+      return absl::InvalidArgumentError(
+          "--follow: a followed job's data is dealt by the coordinator (the default "
+          "asynchronous strategy, deal_splits=true)");
+    }
     so.workers = config_.data_shards > 1 ? config_.data_shards
                  : dealt                  ? 1
                                           : coordinator->num_workers();
@@ -127,7 +158,7 @@ class TabularModel final : public Model {
     const ExampleLayout layout(spec_);
     shape_ = NetShape(spec_, layout, Outputs(spec_, plan_.stats));
     steps_per_epoch_ = (plan_.rows[0] + config_.batch_size - 1) / config_.batch_size;
-    total_steps_ = steps_per_epoch_ * config_.epochs;
+    total_steps_ = config_.follow ? kFollowSteps : steps_per_epoch_ * config_.epochs;
     if (config_.max_steps > 0) total_steps_ = std::min(total_steps_, config_.max_steps);
     RETURN_IF_ERROR(CreateVariables(coordinator, layout));
 
@@ -167,7 +198,29 @@ class TabularModel final : public Model {
                          ? config_.hold_rows
                          : DealtHoldRows(plan_.rows[0], lo.num_workers, ShuffleBuffer(layout));
       lo.rows_output = 3;
+      if (config_.follow) {
+        // The first file's ranges are the first to arrive; every split comes with its range.
+        lo.follow = true;
+        lo.epochs = 1;
+        lo.split_rows.clear();
+      }
       ASSIGN_OR_RETURN(ledger_, SplitLedger::Create(std::move(lo)));
+      if (config_.follow) {
+        std::vector<int64_t> rows;
+        std::vector<std::string> descriptors;
+        for (const tabular::Range& r : plan_.shares[0]) {
+          rows.push_back(r.train_rows);
+          descriptors.push_back(tabular::FollowedSplitDescriptor(plan_.files[r.file], r));
+        }
+        RETURN_IF_ERROR(ledger_->Append(rows, descriptors));
+        tabular::DataFollower::Options fo;
+        fo.dir = config_.data;
+        fo.first_file = first_file;
+        fo.first_number = static_cast<int>(plan_.files.size());
+        fo.poll = config_.follow_poll;
+        fo.scan = so;
+        follower_ = std::make_unique<tabular::DataFollower>(spec_, fo, ledger_);
+      }
     }
     ASSIGN_OR_RETURN(dataset_, coordinator->CreatePerWorkerDataset(kTabularData, {Tensor::String(job.dump())}));
     return absl::OkStatus();
@@ -181,7 +234,29 @@ class TabularModel final : public Model {
     return std::max(std::min(shuffle_buffer, part), 32 * config_.batch_size);
   }
 
+  bool follows_data() const override { return config_.follow; }
+
+  absl::StatusOr<bool> WaitForStep(int64_t step, const std::function<bool()>& stop) override {
+    if (follower_ == nullptr) return true;
+    while (true) {
+      RETURN_IF_ERROR(follower_->Poll());
+      // Rows for every closure scheduled and not yet done, and a batch for this one.
+      const int64_t outstanding = scheduled_ - ledger_->ClosuresCompleted();
+      if (ledger_->counts().rows_left >= (outstanding + 1) * config_.batch_size) {
+        waiting_.store(false);
+        return true;
+      }
+      if (stop()) return false;
+      if (!waiting_.exchange(true)) {
+        LOG(INFO) << "tabular: following " << follower_->dir() << ": waiting for new data ("
+                  << follower_->files() << " file(s) read after the first)";
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  }
+
   int64_t PendingSteps() const override {
+    if (follower_ != nullptr) return 0;  // trains until stopped
     // A run cut short by max_steps ends where it was told to.
     if (ledger_ == nullptr || total_steps_ < steps_per_epoch_ * config_.epochs) return 0;
     return ledger_->PendingSteps();
@@ -190,6 +265,11 @@ class TabularModel final : public Model {
   std::string ProgressNote() const override {
     if (ledger_ == nullptr) return "";
     const SplitLedger::Counts c = ledger_->counts();
+    if (follower_ != nullptr) {
+      return absl::StrCat("following: ", follower_->files(), " new file(s), ", c.rows_trained,
+                          " rows trained, ", c.rows_left, " to train",
+                          waiting_.load() ? ", waiting for data" : "");
+    }
     std::string note = absl::StrCat("splits ", c.splits_done, "/", c.splits * config_.epochs,
                                     " done, ", c.splits_in_flight, " dealt");
     if (c.splits_reassigned > 0) absl::StrAppend(&note, ", ", c.splits_reassigned, " again");
@@ -199,12 +279,25 @@ class TabularModel final : public Model {
 
   std::map<std::string, std::string> CheckpointState() const override {
     if (ledger_ == nullptr) return {};
-    return {{kLedgerState, ledger_->State()}};
+    std::map<std::string, std::string> state = {{kLedgerState, ledger_->State()}};
+    if (follower_ != nullptr) state[kFollowState] = follower_->State();
+    return state;
   }
 
   absl::Status RestoreState(int64_t step,
                             const std::map<std::string, std::string>& state) override {
     if (ledger_ == nullptr) return absl::OkStatus();
+    if (follower_ != nullptr) {
+      // The files read before, read again in their order (their splits keep their ids), then the
+      // ledger's state.
+      auto f = state.find(kFollowState);
+      if (f == state.end() || state.count(kLedgerState) == 0) {
+        return absl::InvalidArgumentError(
+            "--follow: the checkpoint is of a job that did not follow its data; start this one "
+            "with another --checkpoint_dir, or --restore=none");
+      }
+      RETURN_IF_ERROR(follower_->Restore(f->second));
+    }
     auto it = state.find(kLedgerState);
     if (it == state.end()) {
       // A checkpoint without the ledger (the synchronous strategies', or older code's): its whole
@@ -228,6 +321,7 @@ class TabularModel final : public Model {
   int64_t examples_per_step() const override { return config_.batch_size; }
 
   absl::StatusOr<RemoteValue> ScheduleStep(ClusterCoordinator* coordinator, int64_t step) override {
+    ++scheduled_;
     return coordinator->Schedule(kTabularTrain, {Tensor::Scalar<int64_t>(step)}, {dataset_},
                                  ledger_);
   }
@@ -267,6 +361,10 @@ class TabularModel final : public Model {
                             : spec_.model.type == ModelType::kDeep   ? "deep"
                                                                      : "wide_and_deep";
     m.notes["files"] = absl::StrCat(plan_.files.size());
+    if (follower_ != nullptr) {
+      m.notes["followed_files"] = absl::StrCat(follower_->files(), " after the first, in ",
+                                               follower_->dir());
+    }
     m.notes["train_rows"] = absl::StrCat(plan_.rows[0]);
     m.notes["validation_rows"] = absl::StrCat(plan_.rows[1]);
     m.notes["test_rows"] = absl::StrCat(plan_.rows[2]);
@@ -286,7 +384,7 @@ class TabularModel final : public Model {
     if (ledger_ != nullptr) {
       const SplitLedger::Counts c = ledger_->counts();
       m.notes["data_splits"] = absl::StrCat(
-          c.splits, " per epoch, dealt on demand: ", c.splits_done, " done, ", c.splits_reassigned,
+          c.splits, follower_ != nullptr ? " followed" : " per epoch", ", dealt on demand: ", c.splits_done, " done, ", c.splits_reassigned,
           " dealt again after ", c.workers_lost, " lost worker(s); ", c.rows_trained,
           " rows trained, ", c.rows_twice, " reported twice, ", c.rows_left, " left");
       m.values["data_rows_trained"] = static_cast<double>(c.rows_trained);
@@ -458,6 +556,10 @@ class TabularModel final : public Model {
   const TabularConfig config_;
   // The data's splits dealt on demand (coordinator/split_ledger.h); null for fixed shares.
   std::shared_ptr<SplitLedger> ledger_;
+  // A job that follows its data: the directory's new files into the ledger; null otherwise.
+  std::unique_ptr<tabular::DataFollower> follower_;
+  int64_t scheduled_ = 0;              // steps scheduled by this run
+  std::atomic<bool> waiting_{false};   // for rows (the progress note)
   Spec spec_;
   DataPlan plan_;
   NetShape shape_;
@@ -480,6 +582,8 @@ absl::StatusOr<std::unique_ptr<Model>> CreateTabular(const ModelOptions& options
   const std::string deal = extra.GetString("deal_splits", "true");
   ASSIGN_OR_RETURN(c.hold_rows, extra.GetInt("hold_rows", 0));
   c.row_log = extra.GetString("row_log", "");
+  const std::string follow = extra.GetString("follow", "false");
+  ASSIGN_OR_RETURN(double follow_poll, extra.GetDouble("follow_poll_seconds", 1.0));
   ASSIGN_OR_RETURN(int64_t slow_worker, extra.GetInt("slow_worker", -1));
   ASSIGN_OR_RETURN(c.slow_factor, extra.GetDouble("slow_factor", 1.0));
   RETURN_IF_ERROR(extra.Finish());
@@ -500,6 +604,14 @@ absl::StatusOr<std::unique_ptr<Model>> CreateTabular(const ModelOptions& options
     return bad(absl::StrCat("deal_splits=", deal, " is not true or false"));
   }
   c.deal_splits = deal == "true";
+  if (follow != "true" && follow != "false") {
+    return bad(absl::StrCat("follow=", follow, " is not true or false"));
+  }
+  c.follow = follow == "true";
+  if (!(follow_poll >= 0.01 && follow_poll <= 3600)) {
+    return bad("follow_poll_seconds must be in [0.01, 3600]");
+  }
+  c.follow_poll = absl::Seconds(follow_poll);
   if (c.hold_rows < 0) return bad("hold_rows must be >= 0 (0: the default)");
   if (slow_worker < -1 || !(c.slow_factor >= 1 && c.slow_factor <= 100)) {
     return bad("slow_worker must be a worker's index (or -1) and slow_factor in [1, 100]");

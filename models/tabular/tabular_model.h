@@ -30,6 +30,9 @@
 //                    in a fresh permutation every epoch (example_stream.h)
 //   shuffle_buffer   examples in it instead (default 0: shuffle_memory's worth)
 //   interleave       ranges (of about 64 KiB) each worker reads at once (default 64)
+//   follow           true: data is a directory followed for new files, each trained once as it
+//                    arrives until the job is stopped (--follow; data_follower.h, docs/online.md)
+//   follow_poll_seconds  how often a followed directory is listed (default 1)
 //
 // Metrics, by task (test_ and val_; the baseline is the separately trained wide part, absent for
 // wide models; the prior predicts the training split's label distribution):

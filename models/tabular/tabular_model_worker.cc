@@ -322,6 +322,30 @@ absl::StatusOr<std::vector<Tensor>> TrainBatch(ClosureContext& ctx, TabularResou
                              Tensor::Scalar<float>(static_cast<float>(out.base_loss))};
 }
 
+// The followed splits dealt with a closure: their files into the worker's data context, their
+// ranges into its stream (coordinator/split_ledger.h, follow mode: a JSON array of descriptors).
+absl::Status AddFollowedSplits(TabularResource* res, const Deal& deal, const Tensor& descriptors) {
+  auto bad = [](absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat(kTabularTrain, ": followed splits: ", what));
+  };
+  if (!descriptors.IsString()) return bad("not a string");
+  const nlohmann::json j =
+      nlohmann::json::parse(descriptors.data, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_array() || j.size() != deal.splits.size()) {
+    return bad(absl::StrCat("expected ", deal.splits.size(), " descriptors"));
+  }
+  std::vector<tabular::Range> ranges;
+  for (const nlohmann::json& d : j) {
+    if (!d.is_string()) return bad("a descriptor is not a string");
+    tabular::FileInfo file;
+    tabular::Range range;
+    RETURN_IF_ERROR(tabular::ParseFollowedSplit(d.get<std::string>(), &file, &range));
+    RETURN_IF_ERROR(res->context()->AddFile(range.file, std::move(file)));
+    ranges.push_back(range);
+  }
+  return res->dealt()->AddSplits(deal, ranges);
+}
+
 // The step at the worker's own speed: its batch from the dealt splits or the fixed share.
 absl::StatusOr<std::vector<Tensor>> TrainStepAtSpeed(ClosureContext& ctx, TabularResource* res,
                                                      int64_t step, absl::Span<const Tensor> args) {
@@ -331,12 +355,17 @@ absl::StatusOr<std::vector<Tensor>> TrainStepAtSpeed(ClosureContext& ctx, Tabula
     RETURN_IF_ERROR(res->stream().Next(step, res->batch_size(), &batch));
     return TrainBatch(ctx, res, step, batch);
   }
-  if (args.size() != 2) {
+  if (args.size() != 2 && args.size() != 3) {
     return absl::InvalidArgumentError(
         absl::StrCat(kTabularTrain, ": a dealt job's step takes the step and its dealt splits"));
   }
   ASSIGN_OR_RETURN(Deal deal, ParseDeal(args[1]));
-  RETURN_IF_ERROR(dealt->AddSplits(deal));
+  if (args.size() == 3) {
+    // A job that follows its data: each dealt split's file and range (they arrived after the plan).
+    RETURN_IF_ERROR(AddFollowedSplits(res, deal, args[2]));
+  } else {
+    RETURN_IF_ERROR(dealt->AddSplits(deal));
+  }
   Batch batch;
   RETURN_IF_ERROR(dealt->Next(res->batch_size(), deal.seq, &batch));
   if (batch.n == 0) {

@@ -1,0 +1,169 @@
+// A tabular job that follows its data (docs/online.md) on a real in-process cluster: a writer adds
+// files to the directory while the job trains; each row is trained once, in file order, and the
+// job, stopped, saves a final checkpoint from which a second run goes on with the files that
+// arrived since, training no row twice.
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+#include "absl/time/clock.h"
+#include "common/test_util.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "models/registry.h"
+#include "models/tabular/tabular_model.h"
+#include "tests/row_log.h"
+#include "tests/train_in_process.h"
+
+namespace pstrain {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int kBatch = 32;
+
+// `rows` rows of a separable table (bought in cities 0 and 1), written whole: under a dot name,
+// then renamed, as a writer of a followed directory does.
+void WriteFile(const std::string& dir, const std::string& name, int rows, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::string csv = "city,income,bought\n";
+  for (int i = 0; i < rows; ++i) {
+    const int c = static_cast<int>(rng() % 6);
+    absl::StrAppend(&csv, "c", c, ",", rng() % 1000, ",", c < 2 ? "1" : "0", "\n");
+  }
+  const std::string tmp = dir + "/." + name;
+  std::ofstream(tmp, std::ios::binary | std::ios::trunc) << csv;
+  std::filesystem::rename(tmp, dir + "/" + name);
+}
+
+std::string WriteSpec(const std::string& dir) {
+  const std::string path = dir + "/spec.json";
+  std::ofstream(path) << absl::StrReplaceAll(R"({
+    'label': {'column': 'bought'},
+    'features': [{'name': 'city', 'column': 'city'},
+                 {'name': 'income', 'type': 'numeric', 'column': 'income'}],
+    'model': {'type': 'wide', 'embedding_dim': 4}})",
+                                             {{"'", "\""}});
+  return path;
+}
+
+int64_t Total(const std::map<int64_t, int>& rows) {
+  int64_t n = 0;
+  for (const auto& [id, times] : rows) n += times;
+  return n;
+}
+
+class OnlineTrainingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = FreshTempDir("online");
+    data_ = root_ + "/stream";
+    std::filesystem::create_directories(data_);
+    spec_ = WriteSpec(root_);
+  }
+
+  // A following run that stops once `writer_done`, rows were trained, and none for a second.
+  absl::StatusOr<TrainResult> Run(const std::string& log, const std::atomic<bool>& writer_done) {
+    ModelOptions o;
+    o.data = data_;
+    o.batch_size = kBatch;
+    o.extra = {{"feature_spec", spec_},
+               {"follow", "true"},
+               {"follow_poll_seconds", "0.05"},
+               {"row_log", root_ + "/" + log},
+               {"hold_rows", "128"}};
+    absl::StatusOr<std::unique_ptr<Model>> model = CreateTabular(o);
+    if (!model.ok()) return model.status();
+    EXPECT_TRUE((*model)->follows_data());
+    TrainerOptions t;
+    t.checkpoint_dir = root_ + "/ckpt";
+    t.checkpoint_every = absl::ZeroDuration();
+    t.keep_best = false;
+    t.validate = false;
+    t.progress.is_tty = false;
+    int64_t last_total = -1;
+    absl::Time last_change = absl::Now();
+    t.stop_requested = [&, log]() {
+      const int64_t total = Total(LoggedRows(root_, log));
+      if (total != last_total) {
+        last_total = total;
+        last_change = absl::Now();
+      }
+      // (Something trained first: a resumed run reads its files again before its first step.)
+      return writer_done.load() && total > 0 && absl::Now() - last_change > absl::Seconds(1);
+    };
+    return TrainInProcess(*TrainingRegistry(std::make_shared<ReplicaGroups>()), /*workers=*/2,
+                          /*ps=*/2, model->get(), t);
+  }
+
+  std::string root_, data_, spec_;
+};
+
+TEST_F(OnlineTrainingTest, FilesArriveWhileTraining_EachRowOnce_ResumedRunTakesOnlyTheNew) {
+  WriteFile(data_, "000.csv", 1500, 1);
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    for (int f = 1; f <= 4; ++f) {
+      absl::SleepFor(absl::Milliseconds(300));
+      WriteFile(data_, absl::StrFormat("%03d.csv", f), 1000, 100 + f);
+    }
+    done = true;
+  });
+  absl::StatusOr<TrainResult> first = Run("first", done);
+  writer.join();
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(first->interrupted);
+  EXPECT_GT(first->metrics.values.at("test_auc"), 0.95);
+  // The first file's training rows (its test and validation rows held out) and every row of the
+  // four that followed, each once; at most a batch's worth short (the tail waits for more data).
+  const int64_t first_file_train = std::stoll(first->metrics.notes.at("train_rows"));
+  const std::map<int64_t, int> before = LoggedRows(root_, "first");
+  for (const auto& [id, times] : before) ASSERT_EQ(times, 1) << id;
+  const int64_t expected = first_file_train + 4 * 1000;
+  EXPECT_LE(Total(before), expected);
+  EXPECT_GT(Total(before), expected - kBatch);
+  EXPECT_EQ(first->metrics.values.at("data_rows_trained"), Total(before));
+
+  // Two more files arrive while the job is down; the resumed job reads the six files again in
+  // their order, trains what the first run left (its tail) and the new files, nothing twice.
+  WriteFile(data_, "005.csv", 700, 105);
+  WriteFile(data_, "006.csv", 300, 106);
+  std::atomic<bool> none_coming{true};
+  absl::StatusOr<TrainResult> second = Run("second", none_coming);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->start_step, first->end_step);
+  const std::map<int64_t, int> after = LoggedRows(root_, "second");
+  for (const auto& [id, times] : after) {
+    ASSERT_EQ(times, 1) << id;
+    ASSERT_EQ(before.count(id), 0u) << "row " << id << " trained in both runs";
+  }
+  EXPECT_LE(Total(before) + Total(after), expected + 1000);
+  EXPECT_GT(Total(before) + Total(after), expected + 1000 - kBatch);
+}
+
+TEST_F(OnlineTrainingTest, BadFollowOptions_ClearErrors) {
+  std::atomic<bool> done{true};
+  // No file yet: the first one sets the statistics.
+  EXPECT_THAT(Run("x", done).status().message(), HasSubstr("has no data file yet"));
+  WriteFile(data_, "000.csv", 200, 1);
+  ModelOptions o;
+  o.data = data_ + "/000.csv";
+  o.extra = {{"feature_spec", spec_}, {"follow", "true"}};
+  absl::StatusOr<std::unique_ptr<Model>> model = CreateTabular(o);
+  ASSERT_TRUE(model.ok());
+  absl::StatusOr<TrainResult> r = TrainInProcess(
+      *TrainingRegistry(std::make_shared<ReplicaGroups>()), 1, 1, model->get(), TrainerOptions());
+  EXPECT_THAT(r.status().message(), HasSubstr("is not a directory"));
+  o.extra["follow"] = "yes";
+  EXPECT_THAT(CreateTabular(o).status().message(), HasSubstr("follow=yes is not true or false"));
+}
+
+}  // namespace
+}  // namespace pstrain
