@@ -162,6 +162,11 @@ class Model {
   virtual absl::StatusOr<bool> WaitForStep(int64_t step, const std::function<bool()>& stop) {
     return true;
   }
+  // Each collected step's outputs (in step order), for a model that keeps figures of its own over
+  // them; and those figures, by name (progressive validation's: progressive_auc, ...), which the
+  // trainer writes to TensorBoard beside the loss and puts in the run's summary. Default: none.
+  virtual void StepCollected(int64_t step, const std::vector<Tensor>& outputs) {}
+  virtual std::map<std::string, double> StepFigures() const { return {}; }
   // A few words the progress line shows after its figures (e.g. the data dealt so far); empty:
   // none. Default: none.
   virtual std::string ProgressNote() const { return ""; }

@@ -121,6 +121,9 @@ TEST_F(OnlineTrainingTest, FilesArriveWhileTraining_EachRowOnce_ResumedRunTakesO
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_TRUE(first->interrupted);
   EXPECT_GT(first->metrics.values.at("test_auc"), 0.95);
+  // Progressive validation: the stream's examples, each scored before it was trained on.
+  EXPECT_GT(first->metrics.values.at("progressive_auc"), 0.9);
+  EXPECT_GT(first->metrics.values.at("progressive_examples"), 0);
   // The first file's training rows (its test and validation rows held out) and every row of the
   // four that followed, each once; at most a batch's worth short (the tail waits for more data).
   const int64_t first_file_train = std::stoll(first->metrics.notes.at("train_rows"));

@@ -153,6 +153,7 @@ class TrainingLoop {
     RETURN_IF_ERROR(SumTables());
     RETURN_IF_ERROR(EvaluateBest());
     RETURN_IF_ERROR(EvaluateTest());
+    for (const auto& [name, value] : model_->StepFigures()) result_.metrics.values[name] = value;
     return std::move(result_);
   }
 
@@ -411,6 +412,7 @@ class TrainingLoop {
       metrics_.step->Set(static_cast<double>(step + 1));
       metrics_.loss->Set(loss);
     }
+    model_->StepCollected(step, out);
     loss_sum_ += loss;
     ++loss_count_;
     progress_->Update(step + 1, examples_, loss);
@@ -441,6 +443,9 @@ class TrainingLoop {
     }
     last_summary_ = now;
     examples_at_summary_ = examples_;
+    for (const auto& [name, value] : model_->StepFigures()) {
+      RETURN_IF_ERROR(events_->WriteScalar(name, step, static_cast<float>(value)));
+    }
     return absl::OkStatus();
   }
 

@@ -22,6 +22,7 @@
 #include "models/devices.h"
 #include "models/tabular/data_follower.h"
 #include "models/tabular/data_plan.h"
+#include "models/tabular/progressive_window.h"
 #include "models/tabular/feature_spec.h"
 #include "models/tabular/tabular_lookup.h"
 #include "models/tabular/tabular_model_worker.h"
@@ -96,6 +97,7 @@ struct TabularConfig {
   double slow_factor = 1;
   bool follow = false;      // data: a directory followed for new files (data_follower.h)
   absl::Duration follow_poll = absl::Seconds(1);
+  int64_t progressive_window = 100000;  // examples progressive validation scores (following)
 };
 
 // The key of the split ledger's state in a checkpoint; of the files a following job read.
@@ -187,6 +189,8 @@ class TabularModel final : public Model {
     }
     if (dealt) {
       job["dealt"] = true;
+      // Following: each step also returns its predictions and labels (progressive validation).
+      if (config_.follow) job["progressive"] = true;
       if (!config_.row_log.empty()) job["row_log"] = config_.row_log;
       SplitLedgerOptions lo;
       for (const tabular::Range& r : plan_.shares[0]) lo.split_rows.push_back(r.train_rows);
@@ -220,6 +224,8 @@ class TabularModel final : public Model {
         fo.poll = config_.follow_poll;
         fo.scan = so;
         follower_ = std::make_unique<tabular::DataFollower>(spec_, fo, ledger_);
+        progressive_ = std::make_unique<tabular::ProgressiveWindow>(spec_.label.task,
+                                                                    config_.progressive_window);
       }
     }
     ASSIGN_OR_RETURN(dataset_, coordinator->CreatePerWorkerDataset(kTabularData, {Tensor::String(job.dump())}));
@@ -235,6 +241,26 @@ class TabularModel final : public Model {
   }
 
   bool follows_data() const override { return config_.follow; }
+
+  void StepCollected(int64_t step, const std::vector<Tensor>& outputs) override {
+    if (progressive_ == nullptr || outputs.size() < 6 || !outputs[4].Is<float>() ||
+        !outputs[5].Is<float>()) {
+      return;
+    }
+    progressive_->Add(outputs[4].ToVector<float>(), outputs[5].ToVector<float>());
+  }
+
+  // Progressive validation's metrics, computed at most every 2 s (the window is sorted for AUC).
+  std::map<std::string, double> StepFigures() const override {
+    if (progressive_ == nullptr) return {};
+    absl::MutexLock lock(&figures_mu_);
+    const absl::Time now = absl::Now();
+    if (now - figures_at_ >= absl::Seconds(2)) {
+      figures_ = progressive_->Metrics();
+      figures_at_ = now;
+    }
+    return figures_;
+  }
 
   absl::StatusOr<bool> WaitForStep(int64_t step, const std::function<bool()>& stop) override {
     if (follower_ == nullptr) return true;
@@ -266,8 +292,15 @@ class TabularModel final : public Model {
     if (ledger_ == nullptr) return "";
     const SplitLedger::Counts c = ledger_->counts();
     if (follower_ != nullptr) {
+      std::string progressive;
+      const std::map<std::string, double> f = StepFigures();
+      for (const char* name : {"progressive_auc", "progressive_rmse", "progressive_accuracy"}) {
+        if (auto it = f.find(name); it != f.end()) {
+          progressive = absl::StrFormat(", %s %.4f", name, it->second);
+        }
+      }
       return absl::StrCat("following: ", follower_->files(), " new file(s), ", c.rows_trained,
-                          " rows trained, ", c.rows_left, " to train",
+                          " rows trained, ", c.rows_left, " to train", progressive,
                           waiting_.load() ? ", waiting for data" : "");
     }
     std::string note = absl::StrCat("splits ", c.splits_done, "/", c.splits * config_.epochs,
@@ -559,6 +592,10 @@ class TabularModel final : public Model {
   // A job that follows its data: the directory's new files into the ledger; null otherwise.
   std::unique_ptr<tabular::DataFollower> follower_;
   int64_t scheduled_ = 0;              // steps scheduled by this run
+  std::unique_ptr<tabular::ProgressiveWindow> progressive_;  // following: the last examples scored
+  mutable absl::Mutex figures_mu_;
+  mutable std::map<std::string, double> figures_ ABSL_GUARDED_BY(figures_mu_);
+  mutable absl::Time figures_at_ ABSL_GUARDED_BY(figures_mu_) = absl::InfinitePast();
   std::atomic<bool> waiting_{false};   // for rows (the progress note)
   Spec spec_;
   DataPlan plan_;
@@ -584,6 +621,7 @@ absl::StatusOr<std::unique_ptr<Model>> CreateTabular(const ModelOptions& options
   c.row_log = extra.GetString("row_log", "");
   const std::string follow = extra.GetString("follow", "false");
   ASSIGN_OR_RETURN(double follow_poll, extra.GetDouble("follow_poll_seconds", 1.0));
+  ASSIGN_OR_RETURN(c.progressive_window, extra.GetInt("progressive_window", c.progressive_window));
   ASSIGN_OR_RETURN(int64_t slow_worker, extra.GetInt("slow_worker", -1));
   ASSIGN_OR_RETURN(c.slow_factor, extra.GetDouble("slow_factor", 1.0));
   RETURN_IF_ERROR(extra.Finish());
@@ -612,6 +650,9 @@ absl::StatusOr<std::unique_ptr<Model>> CreateTabular(const ModelOptions& options
     return bad("follow_poll_seconds must be in [0.01, 3600]");
   }
   c.follow_poll = absl::Seconds(follow_poll);
+  if (c.progressive_window < 1 || c.progressive_window > (int64_t{1} << 26)) {
+    return bad("progressive_window must be in [1, 2^26] examples");
+  }
   if (c.hold_rows < 0) return bad("hold_rows must be >= 0 (0: the default)");
   if (slow_worker < -1 || !(c.slow_factor >= 1 && c.slow_factor <= 100)) {
     return bad("slow_worker must be a worker's index (or -1) and slow_factor in [1, 100]");

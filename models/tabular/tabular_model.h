@@ -33,6 +33,7 @@
 //   follow           true: data is a directory followed for new files, each trained once as it
 //                    arrives until the job is stopped (--follow; data_follower.h, docs/online.md)
 //   follow_poll_seconds  how often a followed directory is listed (default 1)
+//   progressive_window   following: the last examples progressive validation scores (100000)
 //
 // Metrics, by task (test_ and val_; the baseline is the separately trained wide part, absent for
 // wide models; the prior predicts the training split's label distribution):
@@ -40,6 +41,9 @@
 //   regression   rmse, baseline_rmse, prior_rmse
 //   multiclass   accuracy, logloss, baseline_accuracy, baseline_logloss, prior_accuracy,
 //                prior_logloss
+// A job that follows its data adds progressive validation's (each example scored before it is
+// trained on, over the last progressive_window examples): progressive_auc, progressive_logloss,
+// progressive_rmse or progressive_accuracy, by task, and progressive_examples.
 // AUC comes from 8192-bin histograms of the predicted probability (its error is far below 1e-3).
 //
 // The coordinator side (this file's unit: the options, the scan, the variables, the Model); the

@@ -150,6 +150,7 @@ class TabularResource : public Dataset {
     // Tests and benchmarks: one worker made slower (a straggler), each step taking `slow_factor`
     // times its own time.
     if (job.value("slow_worker", -1) == worker) r->slow_factor_ = job.value("slow_factor", 1.0);
+    r->progressive_ = job.value("progressive", false);
     const std::string row_log = job.value("row_log", std::string());
     if (!row_log.empty()) {
       // Tests: every trained row's id, appended per batch once its gradients went out.
@@ -204,6 +205,9 @@ class TabularResource : public Dataset {
   TrainStream& stream() { return *stream_; }
   // > 1 for the worker made slower (the job's slow_worker): its steps take this many times longer.
   double slow_factor() const { return slow_factor_; }
+  // Whether a training step also returns its batch's predictions, made before the batch is
+  // trained on, and labels (progressive validation: a job that follows its data).
+  bool progressive() const { return progressive_; }
   // Null unless the coordinator deals the data (coordinator/split_ledger.h).
   tabular::DealtStream* dealt() { return dealt_.get(); }
   // Tests (the job's "row_log"): appends the ids of a trained batch's rows.
@@ -231,6 +235,7 @@ class TabularResource : public Dataset {
   absl::Mutex log_mu_;
   FILE* row_log_ = nullptr;
   double slow_factor_ = 1;
+  bool progressive_ = false;
   int64_t batch_size_ = 256;
   NetShape shape_;
   std::unique_ptr<const TabularLookup> lookup_;
@@ -302,9 +307,36 @@ absl::Status Push(TabularResource& res, const Pulled& p, const NetGrads& grads, 
   return update.Run([&turn] { turn.Release(); });
 }
 
-// One batch: pull, compute, push. Returns {mean loss, examples, the baseline's mean loss}.
+int Argmax(const float* x, int k) { return static_cast<int>(std::max_element(x, x + k) - x); }
+
+// Each example's prediction from the net's `logits` as progressive validation scores it: binary, the
+// probability of the positive class; regression, the label's units; multiclass, the class.
+std::vector<float> Predictions(const TabularResource& res, int64_t n, const float* logits) {
+  const NetShape& shape = res.shape();
+  const tabular::Stats& st = res.plan().stats;
+  std::vector<float> out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    switch (shape.task) {
+      case Task::kBinary:
+        out[i] = static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(logits[i]))));
+        break;
+      case Task::kRegression:
+        out[i] = static_cast<float>(logits[i] * (st.label_stddev > 0 ? st.label_stddev : 1) +
+                                    st.label_mean);
+        break;
+      case Task::kMulticlass:
+        out[i] = static_cast<float>(Argmax(logits + i * shape.outputs, shape.outputs));
+        break;
+    }
+  }
+  return out;
+}
+
+// One batch: pull, compute, push. Returns {mean loss, examples, the baseline's mean loss}; with
+// `predictions`, the batch's (Predictions) before its gradients went out.
 absl::StatusOr<std::vector<Tensor>> TrainBatch(ClosureContext& ctx, TabularResource* res,
-                                               int64_t step, const Batch& batch) {
+                                               int64_t step, const Batch& batch,
+                                               std::vector<float>* predictions = nullptr) {
   Pulled p;
   const int64_t global_step = step + 1;  // 1-based: 0 means "no step" to the ps
   // The table rows at once; the weights, the net and the push in this worker's turn
@@ -316,6 +348,7 @@ absl::StatusOr<std::vector<Tensor>> TrainBatch(ClosureContext& ctx, TabularResou
   NetOutput out;
   NetGrads grads;
   RETURN_IF_ERROR(net.Run(p.batch, p.params, &out, &grads));
+  if (predictions != nullptr) *predictions = Predictions(*res, batch.n, out.logits.data());
   RETURN_IF_ERROR(Push(*res, p, grads, global_step, turn));
   return std::vector<Tensor>{Tensor::Scalar<float>(static_cast<float>(out.loss)),
                              Tensor::Scalar<int64_t>(batch.n),
@@ -370,16 +403,27 @@ absl::StatusOr<std::vector<Tensor>> TrainStepAtSpeed(ClosureContext& ctx, Tabula
   RETURN_IF_ERROR(dealt->Next(res->batch_size(), deal.seq, &batch));
   if (batch.n == 0) {
     // Nothing left here: the epoch's last rows are other workers'.
-    return std::vector<Tensor>{Tensor::Scalar<float>(0), Tensor::Scalar<int64_t>(0),
-                               Tensor::Scalar<float>(0), Tensor::FromVector(std::vector<int64_t>{})};
+    std::vector<Tensor> none = {Tensor::Scalar<float>(0), Tensor::Scalar<int64_t>(0),
+                                Tensor::Scalar<float>(0), Tensor::FromVector(std::vector<int64_t>{})};
+    if (res->progressive()) {
+      none.push_back(Tensor::FromVector(std::vector<float>{}));
+      none.push_back(Tensor::FromVector(std::vector<float>{}));
+    }
+    return none;
   }
-  absl::StatusOr<std::vector<Tensor>> out = TrainBatch(ctx, res, step, batch);
+  std::vector<float> predictions;
+  absl::StatusOr<std::vector<Tensor>> out =
+      TrainBatch(ctx, res, step, batch, res->progressive() ? &predictions : nullptr);
   if (!out.ok()) {
     dealt->PutBack(batch);  // the closure runs again (here or elsewhere): its rows stay untrained
     return out.status();
   }
   res->LogRows(batch.ids);
   out->push_back(Tensor::FromVector(batch.ids));
+  if (res->progressive()) {
+    out->push_back(Tensor::FromVector(predictions));
+    out->push_back(Tensor::FromVector(batch.labels));
+  }
   return out;
 }
 // Args: the step, and when the coordinator deals the data, the splits dealt with this closure
@@ -401,7 +445,6 @@ absl::StatusOr<std::vector<Tensor>> TrainStep(ClosureContext& ctx, absl::Span<co
   return TrainStepAtSpeed(ctx, res, step, args);
 }
 
-int Argmax(const float* x, int k) { return static_cast<int>(std::max_element(x, x + k) - x); }
 
 // Adds `logits` (K per row) of rows with `labels` (original units) to the sums.
 void Accumulate(const TabularResource& res, int64_t n, const float* labels, const float* logits,
