@@ -583,7 +583,9 @@ class TrainingLoop {
   // (restored now), else the final weights; and the best validation's metrics.
   absl::Status EvaluateBest() {
     result_.evaluated = absl::StrCat("final weights (step ", end_, ")");
-    if (!validating_ || !watcher_->has_best()) return absl::OkStatus();
+    // A job that follows its data is judged at its final weights: its best validation may be of
+    // data long past.
+    if (!validating_ || !watcher_->has_best() || model_->follows_data()) return absl::OkStatus();
     result_.best_step = watcher_->best_step();
     result_.best_value = watcher_->best();
     if (watcher_->best_step() == end_) {
