@@ -307,10 +307,10 @@ class TrainingLoop {
   // Steps [start_, end_) (end_ moves back if validation stops training early), up to
   // max_pending_steps in flight, with validations and saves when due.
   absl::Status TrainSteps(bool stop) {
+    const std::function<bool()> stop_requested = [this] {
+      return options_.stop_requested && options_.stop_requested();
+    };
     for (int64_t step = start_; step < end_ && !stop; ++step) {
-      const std::function<bool()> stop_requested = [this] {
-        return options_.stop_requested && options_.stop_requested();
-      };
       bool ready = !stop_requested();
       // A model that follows its data waits here for rows (or the stop).
       if (ready) {

@@ -11,6 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/json_parse.h"
 #include "common/status_macros.h"
 #include "models/data/csv_records.h"
 
@@ -655,7 +656,12 @@ std::string FollowedSplitDescriptor(const FileInfo& file, const Range& range) {
 }
 
 absl::Status ParseFollowedSplit(const std::string& descriptor, FileInfo* file, Range* range) {
-  nlohmann::json j = nlohmann::json::parse(descriptor, nullptr, /*allow_exceptions=*/false);
+  absl::StatusOr<nlohmann::json> parsed = ParseJson(descriptor);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tabular data plan: a followed split is malformed: ", parsed.status().message()));
+  }
+  const nlohmann::json& j = *parsed;
   if (!j.is_object() || !j.contains("file") || !j.contains("range")) {
     return absl::InvalidArgumentError("tabular data plan: a followed split is malformed");
   }

@@ -273,7 +273,9 @@ class TabularModel final : public Model {
         return true;
       }
       if (stop()) return false;
-      if (!waiting_.exchange(true)) {
+      // (Logged at most once a minute; the progress line says so meanwhile.)
+      if (!waiting_.exchange(true) && absl::Now() - last_wait_log_ >= absl::Minutes(1)) {
+        last_wait_log_ = absl::Now();
         LOG(INFO) << "tabular: following " << follower_->dir() << ": waiting for new data ("
                   << follower_->files() << " file(s) read after the first)";
       }
@@ -597,6 +599,7 @@ class TabularModel final : public Model {
   mutable std::map<std::string, double> figures_ ABSL_GUARDED_BY(figures_mu_);
   mutable absl::Time figures_at_ ABSL_GUARDED_BY(figures_mu_) = absl::InfinitePast();
   std::atomic<bool> waiting_{false};   // for rows (the progress note)
+  absl::Time last_wait_log_ = absl::InfinitePast();
   Spec spec_;
   DataPlan plan_;
   NetShape shape_;

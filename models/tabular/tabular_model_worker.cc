@@ -362,8 +362,9 @@ absl::Status AddFollowedSplits(TabularResource* res, const Deal& deal, const Ten
     return absl::InvalidArgumentError(absl::StrCat(kTabularTrain, ": followed splits: ", what));
   };
   if (!descriptors.IsString()) return bad("not a string");
-  const nlohmann::json j =
-      nlohmann::json::parse(descriptors.data, nullptr, /*allow_exceptions=*/false);
+  absl::StatusOr<nlohmann::json> parsed = ParseJson(descriptors.data);
+  if (!parsed.ok()) return bad(parsed.status().message());
+  const nlohmann::json& j = *parsed;
   if (!j.is_array() || j.size() != deal.splits.size()) {
     return bad(absl::StrCat("expected ", deal.splits.size(), " descriptors"));
   }
