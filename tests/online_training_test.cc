@@ -215,8 +215,7 @@ TEST_F(OnlineTrainingTest, CoordinatorKilled_RerunGoesOnFromItsCheckpoint_Nothin
   ASSERT_EQ(*(*second)->Wait(absl::Seconds(60)), 128 + SIGTERM) << (*second)->Stderr();
   EXPECT_THAT((*second)->Stderr(),
               HasSubstr("resuming tabular at step " + std::to_string(saved_step)));
-  const std::string out = (*second)->Stdout();
-  const nlohmann::json summary = nlohmann::json::parse(out.substr(out.rfind("\n{") + 1));
+  const nlohmann::json summary = nlohmann::json::parse((*second)->SummaryLine());
   const int64_t first_file_train = std::stoll(summary["train_rows"].get<std::string>());
   const int64_t expected = first_file_train + 6 * 1000;
   const std::map<int64_t, int> rows = LoggedRows(root_, "bin");

@@ -116,4 +116,10 @@ absl::Status Subprocess::WaitForStdout(const std::string& text, absl::Duration t
 std::string Subprocess::Stdout() const { return ReadFile(stdout_path_); }
 std::string Subprocess::Stderr() const { return ReadFile(stderr_path_); }
 
+std::string Subprocess::SummaryLine() const {
+  const std::string out = Stdout();
+  const size_t start = out.rfind("\n{");
+  return start == std::string::npos ? out : out.substr(start + 1);
+}
+
 }  // namespace pstrain

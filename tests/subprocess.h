@@ -39,6 +39,9 @@ class Subprocess {
 
   std::string Stdout() const;
   std::string Stderr() const;
+  // The last line of stdout that starts with '{' (a job's one-line JSON summary); all of stdout
+  // when none does.
+  std::string SummaryLine() const;
 
  private:
   Subprocess() = default;

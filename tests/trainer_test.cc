@@ -315,15 +315,28 @@ TEST_F(TrainerTest, NoisyRatings_BestCheckpointNoWorseThanTheBiasBaseline) {
   EXPECT_LT(v.at("test_rmse"), v.at("baseline_test_rmse") + 0.04);
 }
 
+// The coordinator binary (with its own in-process cluster) training the ratings in `csv` long
+// enough to be stopped, with a checkpoint every 200 steps in `ckpt`.
+std::vector<std::string> RatingsJobArgv(const std::string& csv, const std::string& ckpt) {
+  return {RunfilePath("trainer/coordinator"),
+          "--model=movielens_mf",
+          "--data=" + csv,
+          "--user_col=user",
+          "--item_col=item",
+          "--rating_col=stars",
+          "--batch_size=8",
+          "--epochs=150",
+          "--checkpoint_dir=" + ckpt,
+          "--checkpoint_every_steps=200",
+          "--logdir="};
+}
+
 // The coordinator binary (with its own in-process cluster) killed mid-job and started again.
 TEST(CoordinatorBinaryTest, KilledMidJob_RerunResumesAtLastCheckpointAndFinishes) {
   const std::string dir = FreshTempDir("binary");
   const std::string csv = WriteRatings(dir);
   const std::string ckpt = dir + "/ckpt";
-  const std::vector<std::string> argv = {
-      RunfilePath("trainer/coordinator"), "--model=movielens_mf", "--data=" + csv,
-      "--user_col=user", "--item_col=item", "--rating_col=stars", "--batch_size=8",
-      "--epochs=150", "--checkpoint_dir=" + ckpt, "--checkpoint_every_steps=200", "--logdir="};
+  const std::vector<std::string> argv = RatingsJobArgv(csv, ckpt);
   {
     auto first = Subprocess::Start("first", argv, {}, dir);
     ASSERT_TRUE(first.ok()) << first.status();
@@ -339,11 +352,7 @@ TEST(CoordinatorBinaryTest, KilledMidJob_RerunResumesAtLastCheckpointAndFinishes
   auto second = Subprocess::Start("second", argv, {}, dir);
   ASSERT_TRUE(second.ok());
   ASSERT_EQ(*(*second)->Wait(absl::Seconds(240)), 0) << (*second)->Stderr();
-  const std::string out = (*second)->Stdout();
-  // The summary is the last line of stdout.
-  const size_t line_start = out.rfind("\n{");
-  const std::string json_line = line_start == std::string::npos ? out : out.substr(line_start + 1);
-  nlohmann::json j = nlohmann::json::parse(json_line);
+  nlohmann::json j = nlohmann::json::parse((*second)->SummaryLine());
   EXPECT_EQ(j["start_step"].get<int64_t>(), latest->step);
   EXPECT_GT(j["end_step"].get<int64_t>(), latest->step);
   EXPECT_LT(j["test_rmse"].get<double>(), j["baseline_test_rmse"].get<double>());
@@ -355,10 +364,7 @@ TEST(CoordinatorBinaryTest, SigtermMidJob_FinalCheckpointAndSummary_RerunGoesOn)
   const std::string dir = FreshTempDir("sigterm");
   const std::string csv = WriteRatings(dir);
   const std::string ckpt = dir + "/ckpt";
-  const std::vector<std::string> argv = {
-      RunfilePath("trainer/coordinator"), "--model=movielens_mf", "--data=" + csv,
-      "--user_col=user", "--item_col=item", "--rating_col=stars", "--batch_size=8",
-      "--epochs=150", "--checkpoint_dir=" + ckpt, "--checkpoint_every_steps=200", "--logdir="};
+  const std::vector<std::string> argv = RatingsJobArgv(csv, ckpt);
   auto first = Subprocess::Start("first", argv, {}, dir);
   ASSERT_TRUE(first.ok()) << first.status();
   const absl::Time deadline = absl::Now() + absl::Seconds(120);
@@ -369,10 +375,7 @@ TEST(CoordinatorBinaryTest, SigtermMidJob_FinalCheckpointAndSummary_RerunGoesOn)
   (*first)->Signal(SIGTERM);
   ASSERT_EQ(*(*first)->Wait(absl::Seconds(120)), 128 + SIGTERM) << (*first)->Stderr();
   EXPECT_THAT((*first)->Stderr(), HasSubstr("SIGTERM: stopping after the steps in flight"));
-  const std::string out = (*first)->Stdout();
-  const size_t line_start = out.rfind("\n{");
-  nlohmann::json j =
-      nlohmann::json::parse(line_start == std::string::npos ? out : out.substr(line_start + 1));
+  nlohmann::json j = nlohmann::json::parse((*first)->SummaryLine());
   EXPECT_TRUE(j.value("interrupted", false));
   absl::StatusOr<CheckpointEntry> latest = LatestCheckpoint(ckpt);
   ASSERT_TRUE(latest.ok()) << latest.status();
@@ -381,10 +384,7 @@ TEST(CoordinatorBinaryTest, SigtermMidJob_FinalCheckpointAndSummary_RerunGoesOn)
   auto second = Subprocess::Start("second", argv, {}, dir);
   ASSERT_TRUE(second.ok());
   ASSERT_EQ(*(*second)->Wait(absl::Seconds(240)), 0) << (*second)->Stderr();
-  const std::string out2 = (*second)->Stdout();
-  const size_t start2 = out2.rfind("\n{");
-  nlohmann::json j2 =
-      nlohmann::json::parse(start2 == std::string::npos ? out2 : out2.substr(start2 + 1));
+  nlohmann::json j2 = nlohmann::json::parse((*second)->SummaryLine());
   EXPECT_EQ(j2["start_step"].get<int64_t>(), latest->step);
   EXPECT_FALSE(j2.value("interrupted", false));
 }

@@ -304,14 +304,15 @@ class TrainingLoop {
     return absl::OkStatus();
   }
 
+  // Whether TrainerOptions::stop_requested asks training to stop.
+  bool StopRequested() const { return options_.stop_requested && options_.stop_requested(); }
+
   // Steps [start_, end_) (end_ moves back if validation stops training early), up to
   // max_pending_steps in flight, with validations and saves when due.
   absl::Status TrainSteps(bool stop) {
-    const std::function<bool()> stop_requested = [this] {
-      return options_.stop_requested && options_.stop_requested();
-    };
+    const std::function<bool()> stop_requested = [this] { return StopRequested(); };
     for (int64_t step = start_; step < end_ && !stop; ++step) {
-      bool ready = !stop_requested();
+      bool ready = !StopRequested();
       // A model that follows its data waits here for rows (or the stop).
       if (ready) {
         ASSIGN_OR_RETURN(ready, model_->WaitForStep(step, stop_requested));
@@ -364,7 +365,7 @@ class TrainingLoop {
     if (stop || result_.stopped_early || end_ != total_) return absl::OkStatus();
     constexpr int kMaxRounds = 64;
     for (int round = 0;; ++round) {
-      if (options_.stop_requested && options_.stop_requested()) {
+      if (StopRequested()) {
         result_.interrupted = true;
         return absl::OkStatus();
       }

@@ -193,7 +193,10 @@ class TabularModel final : public Model {
       if (config_.follow) job["progressive"] = true;
       if (!config_.row_log.empty()) job["row_log"] = config_.row_log;
       SplitLedgerOptions lo;
-      for (const tabular::Range& r : plan_.shares[0]) lo.split_rows.push_back(r.train_rows);
+      // Following, the first file's ranges are the first to arrive, each with its range (below).
+      if (!config_.follow) {
+        for (const tabular::Range& r : plan_.shares[0]) lo.split_rows.push_back(r.train_rows);
+      }
       lo.epochs = config_.epochs;
       lo.seed = config_.seed;
       lo.num_workers = coordinator->num_workers();
@@ -203,10 +206,8 @@ class TabularModel final : public Model {
                          : DealtHoldRows(plan_.rows[0], lo.num_workers, ShuffleBuffer(layout));
       lo.rows_output = 3;
       if (config_.follow) {
-        // The first file's ranges are the first to arrive; every split comes with its range.
         lo.follow = true;
         lo.epochs = 1;
-        lo.split_rows.clear();
       }
       ASSIGN_OR_RETURN(ledger_, SplitLedger::Create(std::move(lo)));
       if (config_.follow) {
@@ -419,8 +420,8 @@ class TabularModel final : public Model {
     if (ledger_ != nullptr) {
       const SplitLedger::Counts c = ledger_->counts();
       m.notes["data_splits"] = absl::StrCat(
-          c.splits, follower_ != nullptr ? " followed" : " per epoch", ", dealt on demand: ", c.splits_done, " done, ", c.splits_reassigned,
-          " dealt again after ", c.workers_lost, " lost worker(s); ", c.rows_trained,
+          c.splits, follower_ != nullptr ? " followed" : " per epoch", ", dealt on demand: ",
+          c.splits_done, " done, ", c.splits_reassigned, " dealt again after ", c.workers_lost, " lost worker(s); ", c.rows_trained,
           " rows trained, ", c.rows_twice, " reported twice, ", c.rows_left, " left");
       m.values["data_rows_trained"] = static_cast<double>(c.rows_trained);
       m.values["data_rows_twice"] = static_cast<double>(c.rows_twice);
