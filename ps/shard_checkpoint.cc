@@ -585,4 +585,67 @@ absl::StatusOr<int64_t> ShardCheckpointReader::ReadDynamicInto(const RestoreShar
   return bytes;
 }
 
+absl::Status ReadCheckpointEntries(const std::string& db_path, absl::string_view variable,
+                                   int64_t record_floats, const CheckpointEntries& entries) {
+  rocksdb::Options options = CheckpointDbOptions();
+  options.create_if_missing = false;
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status opened = rocksdb::DB::OpenForReadOnly(options, db_path, &raw);
+  if (!opened.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint database ", db_path, " can't be opened: ", opened.ToString()));
+  }
+  std::unique_ptr<rocksdb::DB> db(raw);
+  rocksdb::ReadOptions read;
+  read.verify_checksums = true;
+  read.fill_cache = false;
+  std::vector<const char*> tensors;
+  if (record_floats > 0) {
+    tensors = {kErasedTensor, kRecordsTensor};
+  } else {
+    tensors = {kValuesTensor};
+  }
+  for (const char* tensor : tensors) {
+    const std::string prefix = KeyPrefix(variable, tensor);
+    const bool values = tensor == kValuesTensor, records = tensor == kRecordsTensor;
+    const int64_t size = values ? 0 : records ? kRecordEntryHeader + 4 * record_floats : 8;
+    auto where = [&] {
+      return absl::StrCat("checkpoint database ", db_path, ", variable \"", variable, "\" ",
+                          tensor);
+    };
+    std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(read));
+    for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+      const rocksdb::Slice key = it->key(), value = it->value();
+      if (values) {
+        if (key.size() != prefix.size() + 8) return absl::DataLossError(where() + ": a bad key");
+        if (entries.on_rows) {
+          RETURN_IF_ERROR(entries.on_rows(ReadBigEndian(key.data() + prefix.size()),
+                                          absl::string_view(value.data(), value.size())));
+        }
+        continue;
+      }
+      if (value.size() % size != 0) {
+        return absl::DataLossError(absl::StrCat(where(), ": a chunk of ", value.size(),
+                                                " bytes is not whole entries of ", size, " bytes"));
+      }
+      std::vector<float> floats(static_cast<size_t>(record_floats));
+      for (size_t at = 0; at < value.size(); at += size) {
+        const char* e = value.data() + at;
+        int64_t k;
+        std::memcpy(&k, e, 8);
+        if (!records) {
+          if (entries.on_erased) RETURN_IF_ERROR(entries.on_erased(k));
+          continue;
+        }
+        std::memcpy(floats.data(), e + kRecordEntryHeader, static_cast<size_t>(4 * record_floats));
+        if (entries.on_record) RETURN_IF_ERROR(entries.on_record(k, floats.data()));
+      }
+    }
+    if (!it->status().ok()) {
+      return absl::DataLossError(absl::StrCat(where(), ": ", it->status().ToString()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace pstrain

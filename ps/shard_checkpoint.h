@@ -18,6 +18,7 @@
 #define PSTRAIN_PS_SHARD_CHECKPOINT_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -70,6 +71,23 @@ class ShardCheckpointReader {
   absl::StatusOr<Db*> Open(const std::string& path);
   std::vector<std::unique_ptr<Db>> dbs_;
 };
+
+// Reads one variable's entries from a checkpoint database, for readers outside a ps (a
+// prediction server that follows training, serving/model_follower.h): nothing is restored into a
+// shard. The database is opened read-only and every block's checksum verified.
+struct CheckpointEntries {
+  // A fixed variable: each chunk of its rows, `bytes` of whole rows from global row `first_row`.
+  std::function<absl::Status(int64_t first_row, absl::string_view bytes)> on_rows;
+  // A dynamic table: each key erased (deltas), then each record's key and its `floats` floats
+  // (the row, then each optimizer slot's row).
+  std::function<absl::Status(int64_t key)> on_erased;
+  std::function<absl::Status(int64_t key, const float* floats)> on_record;
+};
+// `record_floats`: a dynamic table's floats per record (dim * (1 + slots)); 0 for a fixed
+// variable. Errors: kDataLoss naming the database and variable (can't be opened, a corrupt block,
+// a chunk not whole entries), and the callbacks' own.
+absl::Status ReadCheckpointEntries(const std::string& db_path, absl::string_view variable,
+                                   int64_t record_floats, const CheckpointEntries& entries);
 
 }  // namespace pstrain
 

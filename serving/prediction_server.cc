@@ -334,6 +334,7 @@ class PredictionServerImpl final : public PredictionServer {
     v.base = options.model_base;
     v.predictor = options.predictor;
     v.poll_period = options.poll_period;
+    v.follow_checkpoints = options.follow_checkpoints;
     ASSIGN_OR_RETURN(versions_, ModelVersions::Start(v));
     batcher_ = std::make_unique<PredictionBatcher>(options.batching, versions_->Source());
     handlers_ = std::make_unique<PredictionHandlers>(model_name_, versions_.get(), batcher_.get(),
@@ -387,6 +388,7 @@ class PredictionServerImpl final : public PredictionServer {
     return http_ == nullptr ? "" : http_->address();
   }
   int64_t version() const override { return versions_->Current()->version(); }
+  FollowStats following() const override { return versions_->Following(); }
   std::vector<VersionStatus> versions() const override { return versions_->Versions(); }
   int64_t CheckForNewVersion() override { return versions_->CheckNow(); }
   bool WaitForVersion(int64_t version, absl::Duration timeout) const override {

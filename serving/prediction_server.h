@@ -68,6 +68,9 @@ struct PredictionServerOptions {
   PredictionLimits limits;
   // How often the base directory is checked for a newer version; zero: never. Default 1 s.
   absl::Duration poll_period = absl::Seconds(1);
+  // The training job's checkpoint directory: each poll_period the version served follows it to
+  // the job's newest checkpoint (serving/model_follower.h). Default "": none.
+  std::string follow_checkpoints;
   // How many of the last successful requests the latency percentiles cover. Default 1024.
   int latency_window = 1024;
   // Where the server counts its work for Prometheus (not owned; it must outlive the server):
@@ -103,6 +106,8 @@ class PredictionServer {
   virtual int64_t CheckForNewVersion() = 0;
   // Waits until `version` or a newer one is served, at most `timeout`; whether it is.
   virtual bool WaitForVersion(int64_t version, absl::Duration timeout) const = 0;
+  // How the version served follows the training job's checkpoints (follow_checkpoints).
+  virtual FollowStats following() const = 0;
 
   // Server-side latency of the last latency_window successful Predict requests.
   virtual LatencyStats latency() const = 0;

@@ -55,6 +55,9 @@ ABSL_FLAG(std::string, max_request_bytes, "8M",
           "Bytes of one request (gRPC message, or HTTP body); more is RESOURCE_EXHAUSTED (413).");
 ABSL_FLAG(absl::Duration, poll_period, absl::Seconds(1),
           "How often --model_base is checked for a newer version (0: never).");
+ABSL_FLAG(std::string, follow_checkpoints, "",
+          "The training job's checkpoint directory: each --poll_period the version served is "
+          "brought up to its newest checkpoint (docs/online.md). Default: none.");
 ABSL_FLAG(int, metrics_port, 0,
           "Serve Prometheus metrics at http://<host>:<port>/metrics (0: none).");
 
@@ -95,6 +98,7 @@ int Run() {
   }
   options.limits.max_request_bytes = *max_bytes;
   options.poll_period = absl::GetFlag(FLAGS_poll_period);
+  options.follow_checkpoints = absl::GetFlag(FLAGS_follow_checkpoints);
 
   // Block the stop signals in every thread (gRPC's and httplib's inherit the mask), then wait for
   // them with sigwait: no async-signal-safety concerns and no polling.

@@ -110,6 +110,22 @@ class StateBoard {
   std::map<int64_t, VersionStatus, std::greater<int64_t>> versions_ ABSL_GUARDED_BY(mu_);
 };
 
+// Marks its version ended when freed.
+class VersionToken {
+ public:
+  VersionToken(std::shared_ptr<StateBoard> board, int64_t version, std::string base)
+      : board_(std::move(board)), version_(version), base_(std::move(base)) {}
+  ~VersionToken() {
+    board_->Set(version_, VersionState::kEnd);
+    LOG(INFO) << "model base " << base_ << ": version " << version_ << " unloaded";
+  }
+
+ private:
+  const std::shared_ptr<StateBoard> board_;
+  const int64_t version_;
+  const std::string base_;
+};
+
 class ModelVersionsImpl final : public ModelVersions {
  public:
   explicit ModelVersionsImpl(const ModelVersionsOptions& options)
@@ -165,6 +181,24 @@ class ModelVersionsImpl final : public ModelVersions {
 
   int64_t CheckNow() override {
     absl::MutexLock check(&check_mu_);
+    const int64_t served = CheckVersionsLocked();
+    if (follower_ != nullptr) FollowLocked();
+    return served;
+  }
+
+  FollowStats Following() const override {
+    absl::MutexLock check(&check_mu_);
+    if (follower_ != nullptr) return follower_->stats();
+    FollowStats stats;
+    std::shared_ptr<const LoadedVersion> current = Current();
+    stats.step = current->manifest().step;
+    stats.checkpoint = current->manifest().checkpoint;
+    return stats;
+  }
+
+ private:
+  // CheckNow's look for a newer version directory; returns the version served after.
+  int64_t CheckVersionsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(check_mu_) {
     const int64_t served = ServedVersion();
     absl::StatusOr<std::vector<int64_t>> versions = ListVersionDirs(options_.base);
     if (!versions.ok()) {
@@ -182,6 +216,34 @@ class ModelVersionsImpl final : public ModelVersions {
     return ServedVersion();
   }
 
+  // The version served, brought up to the newest checkpoint its follower can apply.
+  void FollowLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(check_mu_) {
+    absl::StatusOr<std::optional<std::shared_ptr<const ModelStore>>> store = follower_->Poll();
+    if (!store.ok()) {
+      if (absl::Now() - last_follow_warning_ >= absl::Minutes(1)) {  // each poll would repeat it
+        last_follow_warning_ = absl::Now();
+        LOG(WARNING) << "model base " << options_.base << ": following "
+                     << options_.follow_checkpoints << ": " << store.status();
+      }
+      return;
+    }
+    if (!store->has_value()) return;
+    absl::StatusOr<std::unique_ptr<Predictor>> predictor = Predictor::FromStore(**store);
+    if (!predictor.ok()) {
+      LOG(ERROR) << "model base " << options_.base << ": following " << options_.follow_checkpoints
+                 << ": " << predictor.status();
+      return;
+    }
+    std::shared_ptr<const LoadedVersion> current = Current();
+    std::shared_ptr<VersionToken> token = token_;
+    std::shared_ptr<const LoadedVersion> next(
+        new LoadedVersion(current->version(), current->dir(), *std::move(predictor)),
+        [token](const LoadedVersion* v) { delete v; });
+    absl::MutexLock lock(&mu_);
+    current_ = std::move(next);
+  }
+
+ public:
   bool WaitForVersion(int64_t version, absl::Duration timeout) const override {
     absl::MutexLock lock(&mu_);
     auto served = [this, version]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -218,15 +280,18 @@ class ModelVersionsImpl final : public ModelVersions {
       return predictor.status();
     }
     failed_.erase(version);
-    std::shared_ptr<StateBoard> board = board_;
+    // The instances of this version (the one loaded, then those following the training job's
+    // checkpoints) share one token: the version ends when the last of them is freed.
+    auto token = std::make_shared<VersionToken>(board_, version, options_.base);
     std::shared_ptr<const LoadedVersion> loaded(
         new LoadedVersion(version, dir, *std::move(predictor)),
-        [board, base = options_.base](const LoadedVersion* v) {
-          const int64_t number = v->version();
-          delete v;
-          board->Set(number, VersionState::kEnd);
-          LOG(INFO) << "model base " << base << ": version " << number << " unloaded";
-        });
+        [token](const LoadedVersion* v) { delete v; });
+    token_ = token;
+    follower_.reset();
+    if (!options_.follow_checkpoints.empty()) {
+      follower_ = std::make_unique<ModelFollower>(loaded->predictor().store(),
+                                                  options_.follow_checkpoints);
+    }
     const std::string model = loaded->manifest().model;
     board_->Set(version, VersionState::kAvailable);
     std::shared_ptr<const LoadedVersion> old;
@@ -265,8 +330,12 @@ class ModelVersionsImpl final : public ModelVersions {
   std::thread watcher_;
 
   // Held while looking for and loading a version: one load at a time.
-  absl::Mutex check_mu_;
+  mutable absl::Mutex check_mu_;
   std::map<int64_t, Fingerprint> failed_ ABSL_GUARDED_BY(check_mu_);
+  // The version served: its token, and its follower (with follow_checkpoints).
+  std::shared_ptr<VersionToken> token_ ABSL_GUARDED_BY(check_mu_);
+  std::unique_ptr<ModelFollower> follower_ ABSL_GUARDED_BY(check_mu_);
+  absl::Time last_follow_warning_ ABSL_GUARDED_BY(check_mu_) = absl::InfinitePast();
 
   mutable absl::Mutex mu_;
   // Below: guarded by mu_.

@@ -31,6 +31,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "serving/model_follower.h"
 #include "serving/prediction_server_batcher.h"
 #include "serving/predictor.h"
 
@@ -44,6 +45,11 @@ struct ModelVersionsOptions {
   // How often the watcher looks for a newer version. Zero or less: no watcher (CheckNow only).
   // Default 1 s.
   absl::Duration poll_period = absl::Seconds(1);
+  // The training job's checkpoint directory, to follow (serving/model_follower.h): each poll,
+  // the version served is brought up to the job's newest checkpoint, as a new instance of the same
+  // version number (its manifest's step and checkpoint are the checkpoint's). A newer exported
+  // version replaces it as always, and is followed from its own checkpoint. Default "": none.
+  std::string follow_checkpoints;
 };
 
 enum class VersionState { kLoading, kAvailable, kUnloading, kEnd, kFailed };
@@ -70,6 +76,7 @@ class LoadedVersion final : public ServableModel {
   }
   const std::string& dir() const { return dir_; }
   const ModelManifest& manifest() const { return predictor_->manifest(); }
+  const Predictor& predictor() const { return *predictor_; }
 
  private:
   const int64_t version_;
@@ -102,6 +109,10 @@ class ModelVersions {
 
   // Waits until `version` or a newer one is served, at most `timeout`. Returns whether it is.
   virtual bool WaitForVersion(int64_t version, absl::Duration timeout) const = 0;
+
+  // With follow_checkpoints: how the version served follows them (its follower's figures; a new
+  // export starts them afresh). Without: step and checkpoint are the export's, the rest zero.
+  virtual FollowStats Following() const = 0;
 };
 
 // The version numbers under `base` (its subdirectories named by a whole number, complete or not),

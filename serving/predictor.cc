@@ -10,8 +10,14 @@ namespace pstrain {
 
 absl::StatusOr<std::unique_ptr<Predictor>> Predictor::Load(const std::string& model_dir,
                                                            const PredictorOptions& options) {
+  ASSIGN_OR_RETURN(std::unique_ptr<ModelStore> store, ModelStore::Open(model_dir, options.store));
+  return FromStore(std::move(store));
+}
+
+absl::StatusOr<std::unique_ptr<Predictor>> Predictor::FromStore(
+    std::shared_ptr<const ModelStore> store) {
   std::unique_ptr<Predictor> p(new Predictor);
-  ASSIGN_OR_RETURN(p->store_, ModelStore::Open(model_dir, options.store));
+  p->store_ = std::move(store);
   std::vector<std::unique_ptr<PsClient>> clients;
   clients.push_back(NewStorePsClient(p->store_.get()));
   p->ps_ = std::make_unique<PsConnection>(std::move(clients));

@@ -33,6 +33,10 @@ class Predictor {
   // (kUnimplemented for a model that can't be served; kInvalidArgument for a bad serving config).
   static absl::StatusOr<std::unique_ptr<Predictor>> Load(const std::string& model_dir,
                                                          const PredictorOptions& options = {});
+  // Over a store already open (a version that follows training, serving/model_follower.h).
+  // Errors: the head's, as Load.
+  static absl::StatusOr<std::unique_ptr<Predictor>> FromStore(
+      std::shared_ptr<const ModelStore> store);
 
   const std::string& model() const { return store_->manifest().model; }
   const ModelManifest& manifest() const { return store_->manifest(); }
@@ -45,10 +49,11 @@ class Predictor {
   absl::Status Predict(const RawExamples& examples, std::vector<float>* out) const;
 
   CacheStats cache_stats() const { return store_->cache_stats(); }
+  const std::shared_ptr<const ModelStore>& store() const { return store_; }
 
  private:
   Predictor() = default;
-  std::unique_ptr<ModelStore> store_;
+  std::shared_ptr<const ModelStore> store_;
   std::unique_ptr<PsConnection> ps_;
   std::unique_ptr<ServingHead> head_;
   std::vector<std::string> columns_, outputs_;

@@ -5,10 +5,12 @@
 #include <signal.h>
 
 #include <atomic>
+#include <functional>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -22,6 +24,9 @@
 #include "gtest/gtest.h"
 #include "models/registry.h"
 #include "models/tabular/tabular_model.h"
+#include "serving/export.h"
+#include "serving/prediction_server_models.h"
+#include "serving/predictor.h"
 #include "nlohmann/json.hpp"
 #include "tests/row_log.h"
 #include "tests/subprocess.h"
@@ -75,7 +80,8 @@ class OnlineTrainingTest : public ::testing::Test {
   }
 
   // A following run that stops once `writer_done`, rows were trained, and none for a second.
-  absl::StatusOr<TrainResult> Run(const std::string& log, const std::atomic<bool>& writer_done) {
+  absl::StatusOr<TrainResult> Run(const std::string& log, const std::atomic<bool>& writer_done,
+                                  const std::function<void(TrainerOptions*)>& adjust = nullptr) {
     ModelOptions o;
     o.data = data_;
     o.batch_size = kBatch;
@@ -104,6 +110,7 @@ class OnlineTrainingTest : public ::testing::Test {
       // (Something trained first: a resumed run reads its files again before its first step.)
       return writer_done.load() && total > 0 && absl::Now() - last_change > absl::Seconds(1);
     };
+    if (adjust) adjust(&t);
     return TrainInProcess(*TrainingRegistry(std::make_shared<ReplicaGroups>()), /*workers=*/2,
                           /*ps=*/2, model->get(), t);
   }
@@ -154,6 +161,108 @@ TEST_F(OnlineTrainingTest, FilesArriveWhileTraining_EachRowOnce_ResumedRunTakesO
   }
   EXPECT_LE(Total(before) + Total(after), expected + 1000);
   EXPECT_GT(Total(before) + Total(after), expected + 1000 - kBatch);
+}
+
+// Serving that follows training (serving/model_follower.h): a model exported from the job's first
+// checkpoint is served while the job follows its data and saves incremental checkpoints; each
+// poll brings the version served up to the newest checkpoint, so the probe set's predictions move
+// as training goes on, and after the last poll equal those of an export of the final checkpoint.
+// A corrupt checkpoint is skipped (DATA_LOSS) and a vanished checkpoint directory leaves the
+// version served as it was.
+TEST_F(OnlineTrainingTest, ServingFollowsTheJob_AfterTheLastSyncAsTheFinalCheckpoint) {
+  WriteFile(data_, "000.csv", 1500, 1);
+  const std::string ckpt = root_ + "/ckpt";
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    for (int f = 1; f <= 6; ++f) {
+      absl::SleepFor(absl::Milliseconds(400));
+      WriteFile(data_, absl::StrFormat("%03d.csv", f), 1000, 300 + f);
+    }
+    done = true;
+  });
+  absl::StatusOr<TrainResult> result;
+  std::atomic<bool> finished{false};
+  std::thread job([&] {
+    result = Run("serve", done, [](TrainerOptions* t) {
+      t->checkpoint_every_steps = 15;
+      t->checkpoint_incremental = true;
+      t->full_checkpoint_every = 4;  // a full checkpoint among the deltas too
+      t->keep_checkpoints = 1000;
+    });
+    finished = true;
+  });
+  // The first checkpoint, exported as version 1.
+  absl::StatusOr<CheckpointEntry> first = absl::NotFoundError("none yet");
+  for (const absl::Time deadline = absl::Now() + absl::Seconds(120);
+       !first.ok() && absl::Now() < deadline;) {
+    absl::SleepFor(absl::Milliseconds(5));
+    first = LatestCheckpoint(ckpt);
+  }
+  ASSERT_TRUE(first.ok()) << first.status();
+  ExportOptions e;
+  e.checkpoint = first->path;
+  e.out = root_ + "/models/online/1";
+  absl::StatusOr<ExportResult> exported = ExportModel(e);
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  ModelVersionsOptions v;
+  v.base = root_ + "/models/online";
+  v.poll_period = absl::ZeroDuration();  // polled below
+  v.follow_checkpoints = ckpt;
+  absl::StatusOr<std::unique_ptr<ModelVersions>> versions = ModelVersions::Start(v);
+  ASSERT_TRUE(versions.ok()) << versions.status();
+  RawExamples probe;
+  probe.columns = {"city", "income"};
+  for (int c = 0; c < 6; ++c) probe.rows.push_back({absl::StrCat("c", c), absl::StrCat(c * 150)});
+  auto predict = [&]() {
+    std::vector<float> out;
+    EXPECT_TRUE((*versions)->Current()->Predict(probe, &out).ok());
+    return out;
+  };
+  const std::vector<float> at_export = predict();
+  std::set<int64_t> steps_served;
+  while (!finished.load()) {
+    (*versions)->CheckNow();
+    steps_served.insert((*versions)->Following().step);
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  job.join();
+  writer.join();
+  ASSERT_TRUE(result.ok()) << result.status();
+  (*versions)->CheckNow();
+  const FollowStats followed = (*versions)->Following();
+  absl::StatusOr<CheckpointEntry> last = LatestCheckpoint(ckpt);
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_EQ(followed.step, last->step);
+  EXPECT_EQ(followed.step, result->end_step);
+  EXPECT_EQ(followed.checkpoints_skipped, 0) << followed.last_error;
+  EXPECT_GE(steps_served.size(), 3u) << "the version served moved with training";
+  EXPECT_EQ((*versions)->Current()->version(), 1);
+  const std::vector<float> synced = predict();
+  EXPECT_NE(synced, at_export);
+  // As the final checkpoint exported afresh predicts.
+  e.checkpoint = last->path;
+  e.out = root_ + "/models/final/1";
+  ASSERT_TRUE(ExportModel(e).ok());
+  absl::StatusOr<std::unique_ptr<Predictor>> final_model = Predictor::Load(e.out);
+  ASSERT_TRUE(final_model.ok()) << final_model.status();
+  std::vector<float> expected;
+  ASSERT_TRUE((*final_model)->Predict(probe, &expected).ok());
+  ASSERT_EQ(synced.size(), expected.size());
+  for (size_t i = 0; i < synced.size(); ++i) EXPECT_NEAR(synced[i], expected[i], 1e-6) << i;
+
+  // A corrupt checkpoint after the last: skipped, DATA_LOSS logged, the version served as it was.
+  const std::string corrupt = CheckpointPath(ckpt, last->step + 1000);
+  std::filesystem::create_directories(corrupt);
+  std::ofstream(corrupt + "/" + kManifestFileName) << "PSCKPT01 not a manifest";
+  (*versions)->CheckNow();
+  EXPECT_EQ((*versions)->Following().step, last->step);
+  EXPECT_EQ((*versions)->Following().checkpoints_skipped, 1);
+  EXPECT_THAT((*versions)->Following().last_error, HasSubstr("DATA_LOSS"));
+  EXPECT_EQ(predict(), synced);
+  // The update source gone: still serving.
+  std::filesystem::remove_all(ckpt);
+  EXPECT_EQ((*versions)->CheckNow(), 1);
+  EXPECT_EQ(predict(), synced);
 }
 
 // The coordinator binary following a directory is killed (-9) mid-stream; run again, it goes on

@@ -30,7 +30,10 @@ class WorkerServerImpl final : public WorkerServer {
       registry = std::move(builtins);
     }
     int threads = options.num_closure_threads;
-    if (threads <= 0) threads = 4 * std::max(1u, std::thread::hardware_concurrency());
+    if (threads <= 0) {
+      threads = std::max<int>(kMinClosureThreads,
+                              4 * std::max(1u, std::thread::hardware_concurrency()));
+    }
     std::vector<std::unique_ptr<PsClient>> clients;
     for (int i = 0; i < static_cast<int>(options.ps_addresses.size()); ++i) {
       std::unique_ptr<PsClient> client = options.local_ps ? options.local_ps(i) : nullptr;

@@ -16,6 +16,10 @@
 
 namespace pstrain {
 
+// The least threads a worker runs closures on by default (WorkerServerOptions::
+// num_closure_threads): twice the coordinator's default closures in flight per worker.
+inline constexpr int kMinClosureThreads = 32;
+
 struct WorkerServerOptions {
   // This task's index in the cluster's "worker" job. Default 0.
   int task_index = 0;
@@ -29,7 +33,12 @@ struct WorkerServerOptions {
   std::vector<std::string> ps_addresses;
   // Number of workers in the cluster (datasets shard by it). Default 1.
   int num_workers = 1;
-  // Threads running closures. Default 0: 4 per core, since closures mostly wait on ps RPCs.
+  // Threads running closures. Default 0: 4 per core, since closures mostly wait on ps RPCs, and
+  // at least kMinClosureThreads. Fewer than the closures the coordinator sends at once
+  // (ClusterCoordinatorOptions::max_inflight_per_worker) can stall a job whose closures wait on
+  // one another: a closure dealt no rows waits for those dealt with an earlier one
+  // (models/tabular/example_stream.h, DealtStream::Next), and with every thread so waiting, the
+  // earlier closure would sit in the queue behind them.
   int num_closure_threads = 0;
   // Synchronous training (multi-worker mirrored): with a group, the ps tasks from
   // mirror.replica_ps_begin on are this worker's own replica of every variable, and each update's

@@ -5,11 +5,13 @@
 // and counted alike by the scan and the readers).
 #include <zlib.h>
 
+#include <atomic>
 #include <cmath>
 #include <fstream>
 #include <map>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -315,6 +317,70 @@ TEST(TrainStreamTest, EachEpochEveryRowOnce_BoundedBuffer) {
             std::set<int64_t>(epochs[1].begin(), epochs[1].end()));
   EXPECT_NE(epochs[0], epochs[1]);
   EXPECT_EQ(stream.epoch(), 1);
+}
+
+// Closures run in any order: a closure draws rows only once every deal up to its own arrived, so
+// one that ran ahead of an earlier deal never draws the rows counted for a closure before it (whose
+// batch would come short). A deal that never comes is waited for once, up to the deadline.
+TEST(DealtStreamTest, ClosureDrawsOnlyOnceTheDealsUpToItsOwnArrived) {
+  const std::string dir = FreshTempDir("dealt");
+  WriteText(dir + "/t.csv", Rows(0, 3000));
+  Spec spec = MustParse(kSpec);
+  ScanOptions o;
+  o.data = dir + "/t.csv";
+  o.min_ranges = 4;
+  absl::StatusOr<DataPlan> plan = Scan(spec, o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->shares.size(), 1u);
+  const std::vector<Range>& splits = plan->shares[0];
+  ASSERT_GE(splits.size(), 4u);
+  DataContext context(spec, *plan, {});
+  DealtStream stream(&context, splits, {});
+  auto deal = [](int64_t seq, int64_t split) {
+    Deal d;
+    d.seq = seq;
+    d.splits.push_back(DealtSplit{split, {}});
+    return d;
+  };
+  // Deals 1 and 3 arrived, 2 is on its way: the closure of deal 3 waits for it (no deadline is
+  // reached in this test), while the closure of deal 1 draws every row there.
+  ASSERT_TRUE(stream.AddSplits(deal(1, 0)).ok());
+  ASSERT_TRUE(stream.AddSplits(deal(3, 2)).ok());
+  std::atomic<bool> done{false};
+  Batch ahead;
+  std::thread closure([&] {
+    EXPECT_TRUE(stream.Next(10, 3, &ahead, absl::Minutes(5)).ok());
+    done = true;
+  });
+  Batch first;
+  const int64_t there = splits[0].train_rows + splits[2].train_rows;
+  ASSERT_TRUE(stream.Next(there, 1, &first).ok());
+  EXPECT_EQ(first.n, there);
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_FALSE(done.load()) << "drew " << ahead.n << " rows before deal 2 arrived";
+  ASSERT_TRUE(stream.AddSplits(deal(2, 1)).ok());
+  closure.join();
+  EXPECT_EQ(ahead.n, 10);
+  // Deal 5 arrived, deal 4 never does: a closure of deal 5 waits its deadline then draws, and the
+  // next does not wait for deal 4 again.
+  ASSERT_TRUE(stream.AddSplits(deal(5, 3)).ok());
+  Batch b;
+  ASSERT_TRUE(stream.Next(10, 5, &b, absl::Milliseconds(50)).ok());
+  EXPECT_EQ(b.n, 10);
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(stream.Next(10, 5, &b, absl::Minutes(5)).ok());
+  EXPECT_EQ(b.n, 10);
+  EXPECT_LT(absl::Now() - start, absl::Minutes(1));
+  // Deal 4 coming late still trains: every row of the four splits drawn once.
+  ASSERT_TRUE(stream.AddSplits(deal(4, 0)).ok());
+  int64_t total = first.n + ahead.n + 20;
+  while (true) {
+    ASSERT_TRUE(stream.Next(64, 5, &b).ok());
+    if (b.n == 0) break;
+    total += b.n;
+  }
+  EXPECT_EQ(total, 2 * splits[0].train_rows + splits[1].train_rows + splits[2].train_rows +
+                       splits[3].train_rows);
 }
 
 TEST(DataPlanErrorTest, BadRows_NameFileLineAndColumn_OrSkippedAndCountedAlike) {

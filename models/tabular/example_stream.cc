@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
 #include "partitioners/key_routing.h"
 
@@ -363,7 +364,23 @@ absl::StatusOr<bool> DealtStream::ReadOneLocked() {
 
 absl::Status DealtStream::Next(int64_t n, int64_t seq, Batch* out, absl::Duration wait) {
   absl::MutexLock lock(&mu_);
-  const absl::Time deadline = absl::Now() + wait;
+  if (arrived_ < seq) {
+    // Closures run in any order. The ledger deals each closure enough rows beside those dealt to
+    // the closures before it, so a closure draws only once every deal up to its own arrived: one
+    // that ran ahead would draw rows counted for a closure before it, and that one's batch would
+    // come short.
+    auto arrived = [this, seq]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return arrived_ >= seq; };
+    if (!mu_.AwaitWithDeadline(absl::Condition(&arrived), absl::Now() + wait)) {
+      // Not come (its closure failed before it ran): draw what there is, and let later closures
+      // not wait for it again.
+      LOG(WARNING) << "worker " << options_.worker << ": the rows dealt with closure "
+                   << arrived_ + 1 << " did not arrive in " << absl::FormatDuration(wait)
+                   << "; drawing without them";
+      if (!deals_.empty()) arrived_ = std::max(arrived_, *deals_.rbegin());
+      arrived_ = std::max(arrived_, seq);
+      deals_.clear();
+    }
+  }
   const int64_t capacity = std::max<int64_t>(1, options_.shuffle_buffer);
   out->ids.assign(static_cast<size_t>(n), 0);
   out->Resize(n, layout_);
@@ -372,13 +389,6 @@ absl::Status DealtStream::Next(int64_t n, int64_t seq, Batch* out, absl::Duratio
     while (size_ < capacity) {
       ASSIGN_OR_RETURN(bool got, ReadOneLocked());
       if (!got) break;
-    }
-    if (size_ == 0 && dealt_.empty() && open_.empty() && arrived_ < seq) {
-      // Rows dealt to this worker are on their way with another closure: wait for them.
-      auto more = [this, seq]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return !dealt_.empty() || arrived_ >= seq;
-      };
-      if (mu_.AwaitWithDeadline(absl::Condition(&more), deadline)) continue;
     }
     if (size_ == 0) break;  // no more dealt rows here
     const int64_t j = static_cast<int64_t>(rng_() % static_cast<uint64_t>(size_));

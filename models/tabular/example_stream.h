@@ -194,9 +194,10 @@ class DealtStream {
   // their files known to the context, DataContext::AddFile). Errors: kInvalidArgument for lists
   // of other lengths.
   absl::Status AddSplits(const Deal& deal, const std::vector<Range>& ranges);
-  // Up to `n` examples (fewer when the worker's rows run out) into `out`, ids included. When the
-  // rows run out before the deals up to `seq` arrived (closures run in any order), waits for them,
-  // up to `wait`. Errors: RangeReader's.
+  // Up to `n` examples (fewer when the worker's rows run out) into `out`, ids included, for the
+  // closure that brought deal `seq` (or came after it with none): first waits until every deal up
+  // to `seq` arrived (closures run in any order), up to `wait`; a deal still missing then is given
+  // up on (logged). Errors: RangeReader's.
   absl::Status Next(int64_t n, int64_t seq, Batch* out,
                     absl::Duration wait = absl::Seconds(10));
   // A batch taken by Next whose closure failed goes back into the buffer.

@@ -205,6 +205,8 @@ class TabularResource : public Dataset {
   TrainStream& stream() { return *stream_; }
   // > 1 for the worker made slower (the job's slow_worker): its steps take this many times longer.
   double slow_factor() const { return slow_factor_; }
+  // Held through each of the slower worker's steps: they run one at a time.
+  absl::Mutex& straggler_mu() { return straggler_mu_; }
   // Whether a training step also returns its batch's predictions, made before the batch is
   // trained on, and labels (progressive validation: a job that follows its data).
   bool progressive() const { return progressive_; }
@@ -233,6 +235,7 @@ class TabularResource : public Dataset {
   std::unique_ptr<TrainStream> stream_;
   std::unique_ptr<tabular::DealtStream> dealt_;
   absl::Mutex log_mu_;
+  absl::Mutex straggler_mu_;
   FILE* row_log_ = nullptr;
   double slow_factor_ = 1;
   bool progressive_ = false;
@@ -437,7 +440,10 @@ absl::StatusOr<std::vector<Tensor>> TrainStep(ClosureContext& ctx, absl::Span<co
   }
   ASSIGN_OR_RETURN(TabularResource * res, ResourceOf(ctx, kTabularTrain));
   if (res->slow_factor() > 1) {
-    // A straggler: the step, then as long again times (factor - 1), holding its closure.
+    // A straggler, as a slower machine: its steps one at a time, each the step and then as long
+    // again times (factor - 1). (Sleeps alone would overlap across the worker's closures in
+    // flight, and the worker would be no slower.)
+    absl::MutexLock one_at_a_time(&res->straggler_mu());
     const absl::Time start = absl::Now();
     absl::StatusOr<std::vector<Tensor>> out = TrainStepAtSpeed(ctx, res, step, args);
     absl::SleepFor((absl::Now() - start) * (res->slow_factor() - 1));
