@@ -16,17 +16,36 @@
 namespace pstrain {
 
 // The changes over the export, by the export's variable index.
+// One checkpoint's rows of one table: its changed keys' rows and its erased keys.
+struct TableLayer {
+  bool full = false;  // a full checkpoint's: a key not here reads the default row
+  static constexpr int64_t kErased = -1;
+  absl::flat_hash_map<int64_t, int64_t> at;  // key -> its row's first float in rows, or kErased
+  std::vector<float> rows;
+  int64_t dim = 1;
+  void Put(int64_t key, const float* row) {
+    auto [it, fresh] = at.try_emplace(key, kErased);
+    if (it->second == kErased) {
+      it->second = static_cast<int64_t>(rows.size());
+      rows.resize(rows.size() + dim);
+    }
+    std::memcpy(rows.data() + it->second, row, 4 * dim);
+  }
+  void Erase(int64_t key) { at[key] = kErased; }
+};
+
+// The changes over the export, by the export's variable index. A table's changes are layers,
+// oldest first (the first may be a full checkpoint's): a version shares its layers with the one
+// before and adds its own, so a sync costs its own delta, not everything since the export.
 struct ModelChanges {
-  struct Table {
-    bool replaced = false;  // a full checkpoint: a key not in `rows` reads the default row
-    // Changed keys' rows (dim floats), and erased keys (an empty row).
-    absl::flat_hash_map<int64_t, std::vector<float>> rows;
-  };
   std::string checkpoint;  // the last applied checkpoint's directory name
   int64_t step = 0;
   std::map<int, std::shared_ptr<const std::string>> fixed;  // whole variables' bytes
-  std::map<int, std::shared_ptr<const Table>> tables;
+  std::map<int, std::vector<std::shared_ptr<const TableLayer>>> tables;
 };
+
+// Layers a table keeps before they are merged into one (a lookup reads at most this many).
+constexpr size_t kMaxLayers = 8;
 
 namespace {
 
@@ -71,21 +90,31 @@ class FollowedStore : public ModelStore {
     }
     auto t = changes_->tables.find(variable);
     if (t == changes_->tables.end()) return base_->Rows(variable, ids, out);
-    const ModelChanges::Table& table = *t->second;
+    const std::vector<std::shared_ptr<const TableLayer>>& layers = t->second;
     // The keys the changes don't know go to the export in one call.
     std::vector<int64_t> rest;
     std::vector<size_t> rest_at;
     for (size_t i = 0; i < ids.size(); ++i) {
       char* row = out + i * row_bytes;
-      auto it = table.rows.find(ids[i]);
-      if (it != table.rows.end() && !it->second.empty()) {
-        std::memcpy(row, it->second.data(), row_bytes);
-      } else if (it != table.rows.end() || table.replaced) {
-        const int64_t dim = row_bytes / 4;
-        for (int64_t d = 0; d < dim; ++d) {
-          std::memcpy(row + 4 * d, &v.default_value, 4);
+      int64_t found = TableLayer::kErased;
+      bool known = false;
+      for (auto layer = layers.rbegin(); layer != layers.rend(); ++layer) {
+        auto it = (*layer)->at.find(ids[i]);
+        if (it != (*layer)->at.end()) {
+          known = true;
+          found = it->second;
+          if (found != TableLayer::kErased)
+            std::memcpy(row, (*layer)->rows.data() + found, row_bytes);
+          break;
         }
-      } else {
+        if ((*layer)->full) {
+          known = true;
+          break;
+        }
+      }
+      if (known && found == TableLayer::kErased) {
+        for (int64_t d = 0; d < row_bytes / 4; ++d) std::memcpy(row + 4 * d, &v.default_value, 4);
+      } else if (!known) {
         rest.push_back(ids[i]);
         rest_at.push_back(i);
       }
@@ -167,7 +196,9 @@ absl::StatusOr<std::optional<std::shared_ptr<const ModelStore>>> ModelFollower::
   stats_.step = changes_->step;
   stats_.checkpoint = changes_->checkpoint;
   int64_t keys = 0;
-  for (const auto& [index, table] : changes_->tables) keys += table->rows.size();
+  for (const auto& [index, layers] : changes_->tables) {
+    for (const auto& layer : layers) keys += static_cast<int64_t>(layer->at.size());
+  }
   stats_.keys_changed = keys;
   return std::shared_ptr<const ModelStore>(std::make_shared<FollowedStore>(base_, changes_));
 }
@@ -194,23 +225,17 @@ absl::Status ModelFollower::Apply(const std::string& path, const CheckpointManif
                                                 " floats, the export's ", dim));
       }
       const int64_t record_floats = dim * (1 + sv.slot_names_size());
-      std::shared_ptr<ModelChanges::Table> table;
-      auto it = next->tables.find(index);
-      if (full || it == next->tables.end()) {
-        table = std::make_shared<ModelChanges::Table>();
-      } else {
-        table = std::make_shared<ModelChanges::Table>(*it->second);
-      }
-      table->replaced = table->replaced || full;
-      if (full) table->rows.clear();
+      auto layer = std::make_shared<TableLayer>();
+      layer->full = full;
+      layer->dim = dim;
       CheckpointEntries entries;
       entries.on_erased = [&](int64_t key) {
-        table->rows[key].clear();
+        layer->Erase(key);
         bytes_read += 8;
         return absl::OkStatus();
       };
       entries.on_record = [&](int64_t key, const float* floats) {
-        table->rows[key].assign(floats, floats + dim);
+        layer->Put(key, floats);
         bytes_read += 24 + 4 * record_floats;
         return absl::OkStatus();
       };
@@ -218,7 +243,25 @@ absl::Status ModelFollower::Apply(const std::string& path, const CheckpointManif
         RETURN_IF_ERROR(
             ReadCheckpointEntries(absl::StrCat(path, "/", db), sv.name(), record_floats, entries));
       }
-      next->tables[index] = std::move(table);
+      std::vector<std::shared_ptr<const TableLayer>>& layers = next->tables[index];
+      if (full) layers.clear();
+      layers.push_back(std::move(layer));
+      if (layers.size() > kMaxLayers) {
+        // Merged, oldest first, into one (full if the oldest was).
+        auto merged = std::make_shared<TableLayer>();
+        merged->full = layers.front()->full;
+        merged->dim = dim;
+        for (const auto& l : layers) {
+          for (const auto& [key, at] : l->at) {
+            if (at == TableLayer::kErased) {
+              merged->Erase(key);
+            } else {
+              merged->Put(key, l->rows.data() + at);
+            }
+          }
+        }
+        layers.assign(1, std::move(merged));
+      }
       continue;
     }
     // A fixed variable, whole in every checkpoint.

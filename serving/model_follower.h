@@ -18,8 +18,9 @@
 //     until the next full checkpoint.
 // A checkpoint that fails to read (a corrupt manifest or database: DATA_LOSS) is logged and
 // skipped; the version held goes on serving. A new version is a new store: the export's store,
-// shared, beneath a copy of the changes so far with the new ones applied (copy-on-write: a
-// request holds one version, never a mix).
+// shared, beneath the changes so far, each table's as layers, one per checkpoint, shared with the
+// version before (a sync costs its own delta; past 8 layers they are merged into one). A request
+// holds one version, never a mix.
 //
 // Tables keep what the export filtered out (--min_count, --top_k) out only until a delta changes
 // the key. The changes are held as float32 rows, whatever the export's table format.

@@ -186,7 +186,7 @@ TEST_F(OnlineTrainingTest, ServingFollowsTheJob_AfterTheLastSyncAsTheFinalCheckp
     result = Run("serve", done, [](TrainerOptions* t) {
       t->checkpoint_every_steps = 15;
       t->checkpoint_incremental = true;
-      t->full_checkpoint_every = 4;  // a full checkpoint among the deltas too
+      t->full_checkpoint_every = 11;  // chains past 8 layers (merged), and a full one later
       t->keep_checkpoints = 1000;
     });
     finished = true;
