@@ -1,6 +1,8 @@
 // ps and worker servers as separate processes from one spec file, and the coordinator against them.
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -414,7 +416,10 @@ TEST_F(MultiProcessTest, PsDiesOfAFault_StackTraceInItsLog) {
   std::unique_ptr<Subprocess> ps =
       Spawn("fault_ps0", {ps_bin_, "--cluster_spec=" + spec_path_, "--task=ps:0"});
   ASSERT_TRUE(ps->WaitForStdout("READY", kWait).ok()) << ps->Stderr();
-  ps->Signal(SIGSEGV);
+  // To its main thread (its id is the process's), waiting in a libc call the unwinder can walk: a
+  // process-wide kill lands on any thread, and one inside a frame-pointer-less spin (gRPC's) leaves
+  // no frame to name.
+  ASSERT_EQ(syscall(SYS_tgkill, ps->pid(), ps->pid(), SIGSEGV), 0);
   absl::StatusOr<int> code = ps->Wait(kWait);
   ASSERT_TRUE(code.ok()) << code.status();
   EXPECT_EQ(*code, 128 + SIGSEGV) << ps->Stderr();
