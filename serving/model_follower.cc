@@ -154,9 +154,10 @@ absl::StatusOr<std::optional<std::shared_ptr<const ModelStore>>> ModelFollower::
   ASSIGN_OR_RETURN(std::vector<CheckpointEntry> entries, ListCheckpointDirs(dir_));
   bool changed = false;
   for (const CheckpointEntry& e : entries) {
-    if (!e.complete || e.step <= changes_->step) continue;
+    if (!e.complete || e.step <= changes_->step || skipped_.count(e.step) > 0) continue;
     const std::string name = std::filesystem::path(e.path).filename().string();
     auto skip = [&](const std::string& why) {
+      skipped_.insert(e.step);  // once: not read (nor logged) again each poll
       ++stats_.checkpoints_skipped;
       stats_.last_error = why;
       chain_broken_ = true;
@@ -172,6 +173,7 @@ absl::StatusOr<std::optional<std::shared_ptr<const ModelStore>>> ModelFollower::
     if (!full && (chain_broken_ || manifest->base() != changes_->checkpoint)) {
       // A delta of a chain this version isn't at the end of: wait for a full checkpoint.
       if (chain_broken_) {
+        skipped_.insert(e.step);
         ++stats_.checkpoints_skipped;
       } else {
         skip(absl::StrCat("a delta of ", manifest->base(), ", not of ", changes_->checkpoint,
@@ -190,6 +192,7 @@ absl::StatusOr<std::optional<std::shared_ptr<const ModelStore>>> ModelFollower::
     changes_ = std::move(next);
     chain_broken_ = false;
     changed = true;
+    skipped_.erase(skipped_.begin(), skipped_.upper_bound(changes_->step));  // behind us now
   }
   if (!changed) return std::nullopt;
   ++stats_.versions;

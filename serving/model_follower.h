@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -75,6 +76,7 @@ class ModelFollower {
   const std::string dir_;
   std::shared_ptr<const ModelChanges> changes_;
   bool chain_broken_ = false;  // waiting for a full checkpoint
+  std::set<int64_t> skipped_;  // steps of the checkpoints skipped (each read and logged once)
   FollowStats stats_;
 };
 
