@@ -273,10 +273,11 @@ absl::Status ModelFollower::Apply(const std::string& path, const CheckpointManif
     std::string whole(static_cast<size_t>(rows * row_bytes), '\0');
     int64_t covered = 0;
     CheckpointEntries entries;
+    if (row_bytes <= 0) return absl::DataLossError(where + ": rows of no bytes in the export");
     entries.on_rows = [&](int64_t first_row, absl::string_view chunk) -> absl::Status {
-      if (chunk.size() % row_bytes != 0 || first_row < 0 ||
-          first_row * row_bytes + static_cast<int64_t>(chunk.size()) >
-              static_cast<int64_t>(whole.size())) {
+      const int64_t n = static_cast<int64_t>(chunk.size()) / row_bytes;
+      if (static_cast<int64_t>(chunk.size()) % row_bytes != 0 || first_row < 0 ||
+          first_row > rows || n > rows - first_row) {
         return absl::DataLossError(absl::StrCat(where, ": a chunk at row ", first_row, " of ",
                                                 chunk.size(), " bytes doesn't fit its ", rows,
                                                 " rows of ", row_bytes, " bytes"));
