@@ -100,20 +100,10 @@ class Bench {
   absl::Status Prepare() {
     std::error_code ec;
     std::filesystem::remove_all(root_, ec);
-    InProcessClusterOptions co;
-    co.num_workers = 2;
-    co.num_ps = 2;
-    co.registry = *TrainingRegistry(std::make_shared<ReplicaGroups>());
-    ASSIGN_OR_RETURN(std::unique_ptr<InProcessCluster> cluster, InProcessCluster::Start(co));
+    ASSIGN_OR_RETURN(std::unique_ptr<InProcessCluster> cluster, StartCluster());
     ASSIGN_OR_RETURN(std::unique_ptr<Model> model, CreateModel("tabular", model_));
-    TrainerOptions to;
     std::ostringstream progress;
-    to.progress.out = &progress;
-    to.validate = false;
-    to.validate_at_start = false;
-    to.keep_best = false;
-    to.checkpoint_dir = root_ + "/base_ckpt";
-    to.checkpoint_every = absl::Hours(24);
+    TrainerOptions to = QuietTrainer(root_ + "/base_ckpt", &progress);
     CoordinatorOptions coordinator;
     ASSIGN_OR_RETURN(TrainResult r, Train(cluster->spec(), model.get(), to, coordinator));
     ExportOptions e;
@@ -127,30 +117,20 @@ class Bench {
     std::error_code ec;
     std::filesystem::remove_all(ckpt, ec);
     std::filesystem::copy(root_ + "/base_ckpt", ckpt, std::filesystem::copy_options::recursive, ec);
-    if (ec)
+    if (ec) {
       return absl::InternalError(
           absl::StrCat("copying the first epoch's checkpoint: ", ec.message()));
+    }
     ModelOptions second = model_;
     second.epochs = 2;
-    InProcessClusterOptions co;
-    co.num_workers = 2;
-    co.num_ps = 2;
-    co.registry = *TrainingRegistry(std::make_shared<ReplicaGroups>());
-    ASSIGN_OR_RETURN(std::unique_ptr<InProcessCluster> cluster, InProcessCluster::Start(co));
+    ASSIGN_OR_RETURN(std::unique_ptr<InProcessCluster> cluster, StartCluster());
     ASSIGN_OR_RETURN(std::unique_ptr<Model> model, CreateModel("tabular", second));
-    TrainerOptions to;
     std::ostringstream progress;
-    to.progress.out = &progress;
-    to.validate = false;
-    to.validate_at_start = false;
-    to.keep_best = false;
-    to.checkpoint_dir = ckpt;
+    TrainerOptions to = QuietTrainer(ckpt, &progress);
     if (saving) {
       to.checkpoint_every = absl::GetFlag(FLAGS_sync);
       to.checkpoint_incremental = true;
       to.keep_checkpoints = 5;
-    } else {
-      to.checkpoint_every = absl::Hours(24);  // only the final save, after the epoch
     }
     // When each step count was reached (the cut of a save at that step follows it).
     absl::Mutex mu;
@@ -198,6 +178,29 @@ class Bench {
   }
 
  private:
+  // 2 workers and 2 ps in this process.
+  static absl::StatusOr<std::unique_ptr<InProcessCluster>> StartCluster() {
+    InProcessClusterOptions co;
+    co.num_workers = 2;
+    co.num_ps = 2;
+    co.registry = *TrainingRegistry(std::make_shared<ReplicaGroups>());
+    return InProcessCluster::Start(co);
+  }
+
+  // No validation, the progress lines into `progress`, and into `checkpoint_dir` only the final
+  // checkpoint, after the epoch.
+  static TrainerOptions QuietTrainer(const std::string& checkpoint_dir,
+                                     std::ostringstream* progress) {
+    TrainerOptions to;
+    to.progress.out = progress;
+    to.validate = false;
+    to.validate_at_start = false;
+    to.keep_best = false;
+    to.checkpoint_dir = checkpoint_dir;
+    to.checkpoint_every = absl::Hours(24);
+    return to;
+  }
+
   // The paced requests on the export until `done`, following `ckpt` or not.
   absl::Status Serve(bool following, const std::string& ckpt, const std::atomic<bool>& done,
                      RunFigures* f,

@@ -270,6 +270,19 @@ absl::Status WriteDynamicTable(rocksdb::SstFileWriter* writer, const std::string
   return absl::OkStatus();
 }
 
+// A checkpoint database, read-only. Errors: kDataLoss naming it when it can't be opened.
+absl::StatusOr<std::unique_ptr<rocksdb::DB>> OpenForReading(const std::string& path) {
+  rocksdb::Options options = CheckpointDbOptions();
+  options.create_if_missing = false;
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status s = rocksdb::DB::OpenForReadOnly(options, path, &raw);
+  if (!s.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint database ", path, " can't be opened: ", s.ToString()));
+  }
+  return std::unique_ptr<rocksdb::DB>(raw);
+}
+
 }  // namespace
 
 std::string CheckpointKey(absl::string_view variable, absl::string_view tensor, int64_t first_row) {
@@ -399,17 +412,10 @@ absl::StatusOr<ShardCheckpointReader::Db*> ShardCheckpointReader::Open(const std
   for (auto& db : dbs_) {
     if (db->path == path) return db.get();
   }
-  rocksdb::Options options = CheckpointDbOptions();
-  options.create_if_missing = false;
-  rocksdb::DB* raw = nullptr;
-  rocksdb::Status s = rocksdb::DB::OpenForReadOnly(options, path, &raw);
-  if (!s.ok()) {
-    return absl::DataLossError(
-        absl::StrCat("checkpoint database ", path, " can't be opened: ", s.ToString()));
-  }
+  ASSIGN_OR_RETURN(std::unique_ptr<rocksdb::DB> opened, OpenForReading(path));
   auto db = std::make_unique<Db>();
   db->path = path;
-  db->db.reset(raw);
+  db->db = std::move(opened);
   dbs_.push_back(std::move(db));
   return dbs_.back().get();
 }
@@ -587,15 +593,7 @@ absl::StatusOr<int64_t> ShardCheckpointReader::ReadDynamicInto(const RestoreShar
 
 absl::Status ReadCheckpointEntries(const std::string& db_path, absl::string_view variable,
                                    int64_t record_floats, const CheckpointEntries& entries) {
-  rocksdb::Options options = CheckpointDbOptions();
-  options.create_if_missing = false;
-  rocksdb::DB* raw = nullptr;
-  rocksdb::Status opened = rocksdb::DB::OpenForReadOnly(options, db_path, &raw);
-  if (!opened.ok()) {
-    return absl::DataLossError(
-        absl::StrCat("checkpoint database ", db_path, " can't be opened: ", opened.ToString()));
-  }
-  std::unique_ptr<rocksdb::DB> db(raw);
+  ASSIGN_OR_RETURN(std::unique_ptr<rocksdb::DB> db, OpenForReading(db_path));
   rocksdb::ReadOptions read;
   read.verify_checksums = true;
   read.fill_cache = false;
@@ -605,6 +603,7 @@ absl::Status ReadCheckpointEntries(const std::string& db_path, absl::string_view
   } else {
     tensors = {kValuesTensor};
   }
+  std::vector<float> floats(static_cast<size_t>(std::max<int64_t>(0, record_floats)));
   for (const char* tensor : tensors) {
     const std::string prefix = KeyPrefix(variable, tensor);
     const bool values = tensor == kValuesTensor, records = tensor == kRecordsTensor;
@@ -628,7 +627,6 @@ absl::Status ReadCheckpointEntries(const std::string& db_path, absl::string_view
         return absl::DataLossError(absl::StrCat(where(), ": a chunk of ", value.size(),
                                                 " bytes is not whole entries of ", size, " bytes"));
       }
-      std::vector<float> floats(static_cast<size_t>(record_floats));
       for (size_t at = 0; at < value.size(); at += size) {
         const char* e = value.data() + at;
         int64_t k;

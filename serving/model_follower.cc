@@ -113,7 +113,7 @@ class FollowedStore : public ModelStore {
         }
       }
       if (known && found == TableLayer::kErased) {
-        for (int64_t d = 0; d < row_bytes / 4; ++d) std::memcpy(row + 4 * d, &v.default_value, 4);
+        FillDefaultRow(v, row);
       } else if (!known) {
         rest.push_back(ids[i]);
         rest_at.push_back(i);

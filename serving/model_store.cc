@@ -1,6 +1,7 @@
 #include "serving/model_store.h"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <list>
@@ -236,7 +237,7 @@ class ModelStoreImpl final : public ModelStore {
         if (it != rows.end()) {
           serve(it->second.data(), out + i * rb);
         } else {
-          FillDefault(var, out + i * rb);
+          FillDefaultRow(var, out + i * rb);
         }
       }
       return absl::OkStatus();
@@ -269,7 +270,7 @@ class ModelStoreImpl final : public ModelStore {
         if (var.kind == ExportedVariable::Kind::kRows) {
           return DataLoss(db_path_, absl::StrCat(var.name, " row ", ids[missing[k]], " is missing"));
         }
-        FillDefault(var, row);
+        FillDefaultRow(var, row);
         continue;
       }
       if (!statuses[k].ok()) {
@@ -305,10 +306,6 @@ class ModelStoreImpl final : public ModelStore {
   static absl::Status OutOfRange(const ExportedVariable& var, int64_t row) {
     return absl::InvalidArgumentError(absl::StrCat("row ", row, " of ", var.name, " is outside [0, ",
                                                    var.shape.empty() ? 1 : var.shape[0], ")"));
-  }
-  static void FillDefault(const ExportedVariable& var, char* row) {
-    float* f = reinterpret_cast<float*>(row);
-    std::fill(f, f + var.row_bytes() / 4, var.default_value);
   }
 
   // Reads every row of a rows or table variable, checks the count and CRC against the manifest,
@@ -369,6 +366,11 @@ RowFormat ExportedVariable::row_format() const {
 int64_t ExportedVariable::stored_row_bytes() const {
   if (kind != Kind::kTable) return row_bytes();
   return RowBytes(row_format(), shape.empty() ? 1 : shape[0]);
+}
+
+void FillDefaultRow(const ExportedVariable& var, char* row) {
+  const int64_t bytes = var.row_bytes();
+  for (int64_t at = 0; at + 4 <= bytes; at += 4) std::memcpy(row + at, &var.default_value, 4);
 }
 
 int64_t ExportedVariable::row_bytes() const {

@@ -71,6 +71,10 @@ struct ModelManifest {
   static absl::StatusOr<ModelManifest> FromJson(const nlohmann::json& j, const std::string& file);
 };
 
+// An absent key's row of table `var` (row_bytes(), each float its default_value) into `row`, which
+// may sit at any address.
+void FillDefaultRow(const ExportedVariable& var, char* row);
+
 // MANIFEST.json's text for `manifest` (with its crc32c), and the reverse. Errors: kDataLoss naming
 // `file`.
 std::string ManifestFileText(const ModelManifest& manifest);

@@ -36,8 +36,8 @@ struct WorkerServerOptions {
   // Threads running closures. Default 0: 4 per core, since closures mostly wait on ps RPCs, and
   // at least kMinClosureThreads. Fewer than the closures the coordinator sends at once
   // (ClusterCoordinatorOptions::max_inflight_per_worker) can stall a job whose closures wait on
-  // one another: a closure dealt no rows waits for those dealt with an earlier one
-  // (models/tabular/example_stream.h, DealtStream::Next), and with every thread so waiting, the
+  // one another: a closure waits until the rows dealt with the closures before it arrived
+  // (models/tabular/example_stream.h, DealtStream::Next), and with every thread so waiting, an
   // earlier closure would sit in the queue behind them.
   int num_closure_threads = 0;
   // Synchronous training (multi-worker mirrored): with a group, the ps tasks from
