@@ -16,6 +16,7 @@ ROOMS = [
     "models",  # the Model interface, the example models and their data readers
     "serving",  # export of a trained model, the Predictor, the prediction server and tools
     "trainer",  # the trainer, progress line and TensorBoard files, the job's binaries
+    "python",  # the pstrain Python module: clusters, tables, PyTorch modules, jobs, the Predictor
 ]
 
 # Above every room: cross-room tests (the only test code among them), benchmarks, scripts.

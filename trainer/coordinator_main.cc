@@ -189,6 +189,9 @@ ABSL_FLAG(std::string, ps_disk_dir, "",
           "In-process cluster: where each ps task's disk tiers go (empty: a temporary directory).");
 ABSL_FLAG(std::string, logdir, "runs/{model}",
           "TensorBoard event files go here ({model} is replaced; empty: none).");
+ABSL_FLAG(absl::Duration, progress_interval, absl::Seconds(5),
+          "train: the least time between two progress lines when stderr is not a terminal (a "
+          "terminal's one line is redrawn up to 10 times a second).");
 ABSL_FLAG(int64_t, steps, 2000, "sum job: closures to schedule.");
 ABSL_FLAG(int64_t, rows_per_step, 1000, "sum job: integers each closure adds.");
 ABSL_FLAG(int64_t, work_us, 0,
@@ -424,6 +427,10 @@ int RunTrainJob(const JobPlan& plan) {
                              " must be at least 1"));
   }
   trainer.logdir = WithModel(absl::GetFlag(FLAGS_logdir), name);
+  trainer.progress.line_interval = absl::GetFlag(FLAGS_progress_interval);
+  if (trainer.progress.line_interval < absl::ZeroDuration()) {
+    return Fail("--progress_interval must not be negative");
+  }
   trainer.validate_every_steps = absl::GetFlag(FLAGS_validate_every_steps);
   trainer.monitor = absl::GetFlag(FLAGS_early_stopping_metric);
   trainer.early_stopping_patience = absl::GetFlag(FLAGS_early_stopping_patience);
