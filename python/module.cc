@@ -217,25 +217,27 @@ py::dict ScalarFields(const google::protobuf::Message& message) {
   return out;
 }
 
-// Times `iterations` lookups (op "lookup") or gradient pushes (op "apply") of `ids` from C++, one
-// after another, as a C++ client's loop would: the native figure the Python loop's is measured
-// against (bench/python_client_bench.py). Returns seconds.
-double TimeNativeLoop(const Table& t, const py::handle& ids_obj, const std::string& op,
+// Times `iterations` lookups (op "lookup") or gradient pushes (op "apply") from C++, one after
+// another, as a C++ client's loop would: iteration i sends row i % B of `batches` (B, n). The
+// native figure a Python loop's is measured against (bench/python_client_bench.py). Returns
+// seconds.
+double TimeNativeLoop(const Table& t, const py::handle& batches_obj, const std::string& op,
                       int iterations) {
-  Ids ids = IdsFrom(ids_obj, "ids");
-  const size_t n = static_cast<size_t>(ids.size());
-  std::vector<float> values(n * t.table.dim(), 0.001f);
+  Ids batches = IdsFrom(batches_obj, "batches");
+  if (batches.ndim() != 2 || batches.shape(0) < 1) ThrowInvalid("batches must be (B, n), B >= 1");
   if (op != "lookup" && op != "apply") ThrowInvalid("op must be \"lookup\" or \"apply\"");
+  const size_t n = static_cast<size_t>(batches.shape(1));
+  const int64_t count = batches.shape(0);
+  std::vector<float> values(n * t.table.dim(), 0.001f);
   absl::Status status;
   double seconds = 0;
   {
     py::gil_scoped_release release;
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < iterations && status.ok(); ++i) {
-      status = op == "lookup" ? t.table.Lookup(absl::MakeConstSpan(ids.data(), n), values.data(),
-                                               LookupMode::kTrain)
-                              : t.table.ApplyGradients(absl::MakeConstSpan(ids.data(), n),
-                                                       values.data());
+      const auto ids = absl::MakeConstSpan(batches.data() + (i % count) * n, n);
+      status = op == "lookup" ? t.table.Lookup(ids, values.data(), LookupMode::kTrain)
+                              : t.table.ApplyGradients(ids, values.data());
     }
     seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
@@ -414,7 +416,7 @@ void DefineTable(py::module_& m) {
              for (const DynamicShardStats& s : stats) out.append(ScalarFields(s));
              return out;
            })
-      .def("_time_native_loop", &TimeNativeLoop, py::arg("ids"), py::arg("op"),
+      .def("_time_native_loop", &TimeNativeLoop, py::arg("batches"), py::arg("op"),
            py::arg("iterations"));
 }
 

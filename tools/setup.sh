@@ -21,6 +21,10 @@ PACKAGES=(
   # kubectl for //tests:k8s_manifests_test (deploy/k8s): Debian's, unless one is installed already
   # (google-cloud-cli's `kubectl` package owns the same /usr/bin/kubectl, and dpkg refuses both)
   $(command -v kubectl > /dev/null || echo kubernetes-client)
+  # the Python module (python/, docs/python.md): pybind11 and Python's headers to build it; NumPy,
+  # PyTorch (with OpenBLAS's threaded build, which makes Debian's torch several times faster) and
+  # pandas for its tests, its torch modules and the example; none is a dependency of the C++ core
+  pybind11-dev python3-dev python3-numpy python3-torch python3-pandas libopenblas0-pthread
   # fuzzing (tools/fuzz.sh): clang with libFuzzer and the sanitizers' runtimes
   clang-14 libfuzzer-14-dev libclang-rt-14-dev
 )

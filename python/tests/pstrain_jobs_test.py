@@ -10,7 +10,7 @@ import numpy as np
 
 import pstrain
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "examples"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 import click_data  # noqa: E402
 
 
