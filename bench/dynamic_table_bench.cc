@@ -278,7 +278,7 @@ struct MapRecord {
   uint32_t step;
 };
 
-void MeasureOwnWork(const Timing& timing, const Workload& w, double gather_limit) {
+void MeasureOwnWork(const Timing& timing, const Workload& w, const json& gather_limit) {
   // The store as a ps runs it (its pool), both tables filled with every key.
   VariableStore store;
   if (absl::Status s = store.CreateShards({FixedDef(w.keys), DynamicDef("dyn")}).status();
@@ -295,9 +295,7 @@ void MeasureOwnWork(const Timing& timing, const Workload& w, double gather_limit
     j["detail"] = detail;
     j["us_per_request"] = Round(r.us_per_call(), 1);
     j["process_cpu_cores"] = Round(r.cpu_cores, 2);
-    if (gather_limit > 0) {
-      j["limit"] = {{"name", "limit.gather_64B_rows_1GiB_1thread"}, {"value", Round(gather_limit)}};
-    }
+    if (!gather_limit.is_null()) j["limit"] = gather_limit;
     return j;
   };
   // A line of ours with the peer's figure beside it, measured in the same run.
@@ -462,7 +460,7 @@ void MeasureOwnWork(const Timing& timing, const Workload& w, double gather_limit
 
 // ---- Stored formats.
 
-void MeasureFormats(const Timing& timing, const Workload& w, double gather_limit) {
+void MeasureFormats(const Timing& timing, const Workload& w, const json& gather_limit) {
   struct Format {
     RowFormat rows, slots;
   };
@@ -517,7 +515,7 @@ void MeasureFormats(const Timing& timing, const Workload& w, double gather_limit
     j = Base("formats." + name + ".find", find_rate, "M rows/s");
     j["detail"] = "DynamicShard::Lookup (training, keys all present), one thread, rows as float32";
     j["ratio_to_float32"] = Round(find_rate / base_find);
-    j["limit"] = {{"name", "limit.gather_64B_rows_1GiB_1thread"}, {"value", Round(gather_limit)}};
+    j["limit"] = gather_limit;
     Emit(j);
     j = Base("formats." + name + ".adagrad", apply_rate, "M rows/s");
     j["detail"] = "DynamicShard::Update (APPLY_GRADIENT, Adagrad in float32, stochastic rounding), "
@@ -748,27 +746,34 @@ int Main() {
     std::filesystem::remove_all(dir);
     return 0;
   }
-  if (absl::GetFlag(FLAGS_formats_only)) {
-    LimitTiming lt{timing.warmup, timing.duration};
-    const double gather = MeasureRandomGatherRowsPerSec(lt) / 1e6;
-    json j = Base("limit.gather_64B_rows_1GiB_1thread", gather, "M rows/s");
-    j["detail"] = "single-thread memcpy of uniformly random 64-byte rows from a 1 GiB table";
+  // Gathers of 64-byte rows from a table of the benchmark's keys x 64 bytes (its fixed table's
+  // size): on one thread for the own-work figures, on as many as the machine runs for the served
+  // ones. Each line cites the one of its shape.
+  LimitTiming lt{timing.warmup, timing.duration};
+  auto gather_limit = [&](int threads) {
+    GatherOptions g;
+    g.table_bytes = keys * kRowBytes;
+    g.threads = threads;
+    const double mrows = MeasureRandomGatherRowsPerSec(lt, g) / 1e6;
+    json j = Base(GatherLimitName(g), mrows, "M rows/s");
+    j["detail"] = absl::StrCat("memcpy of uniformly random 64-byte rows from a table of --keys x "
+                               "64 bytes, on ", threads, " thread(s) at once");
     Emit(j);
+    return json{{"name", j["name"]}, {"value", j["value"]}, {"unit", "M rows/s"}};
+  };
+  const json gather = gather_limit(1);
+  if (absl::GetFlag(FLAGS_formats_only)) {
     MeasureFormats(timing, Workload::Build(keys, per_request), gather);
     return 0;
   }
 
   // Limits.
-  LimitTiming lt{timing.warmup, timing.duration};
-  const double gather = MeasureRandomGatherRowsPerSec(lt) / 1e6;
-  json j = Base("limit.gather_64B_rows_1GiB_1thread", gather, "M rows/s");
-  j["detail"] = "single-thread memcpy of uniformly random 64-byte rows from a 1 GiB table";
-  Emit(j);
-  absl::StatusOr<double> tcp = MeasureLoopbackTcpGBps(lt);
+  const json gather_served = gather_limit(AvailableCpus());
+  absl::StatusOr<double> tcp = MeasureLoopbackTcpGBps(lt, int64_t{1} << 20, 2);
   if (!tcp.ok()) Die(tcp.status(), "loopback TCP");
-  Emit(Base("limit.loopback_tcp_1stream", *tcp, "GB/s"));
+  Emit(Base(LoopbackLimitName(2), *tcp, "GB/s"));
   const double first_touch = MeasureFirstTouchGBps();
-  j = Base("limit.first_touch_GBps", first_touch, "GB/s");
+  json j = Base("limit.first_touch_GBps", first_touch, "GB/s");
   j["detail"] =
       "a fresh 1 GiB anonymous mapping (huge pages asked for), one byte written per "
       "4 KiB page: what growing into new memory costs before anything is stored in it "
@@ -822,14 +827,25 @@ int Main() {
     json line = RowsLine(absl::StrCat(net, "fixed_pull.in_flight_", n), r, per_request, n,
                          "Lookup of a fixed [N, 16] table");
     fixed_pull[n] = line["value"].get<double>();
-    line["limit"] = {{"name", "limit.gather_64B_rows_1GiB_1thread"}, {"value", Round(gather)}};
+    line["limit"] = gather_served;
     Emit(line);
   }
   // Inserts (every key new). First into fresh memory: "dyn" filled with every key (1 in flight,
   // the table the finds and pushes use), "ins<n>" for the other counts; the table grows into new
   // pages, which the first-touch limit bounds. Then into recycled memory: "ins<n>" erased and
   // filled again with other keys, as a table that evicts as it goes (TTL, capacity) runs.
-  const double key_bytes_guess = 170;  // a record and its index share, for the limit line
+  // The bytes a shard holds per key, from its own counters (records, index, blocks' tails).
+  auto bytes_per_key = [&](const std::string& shard) {
+    ListShardsResponse listed;
+    if (absl::Status s = client->ListShards(ListShardsRequest(), &listed); !s.ok()) Die(s, "list");
+    for (const DynamicShardStats& st : listed.dynamic_stats()) {
+      if (st.shard() == shard && st.keys() > 0) {
+        return static_cast<double>(st.bytes()) / st.keys();
+      }
+    }
+    Die(absl::InternalError(absl::StrCat("shard ", shard, " lists no keys")), "bytes per key");
+    return 0.0;
+  };
   auto insert_line = [&](const std::string& name, int n, double secs, const std::string& op) {
     json line = Base(name, keys / secs / 1e6, "M rows/s");
     line["in_flight"] = n;
@@ -849,9 +865,11 @@ int Main() {
         insert_line(absl::StrCat(net, "dynamic_insert_fresh_memory.in_flight_", n), n, *secs,
                     "training lookups of keys all new, the table growing into new "
                     "memory: each key stored with its row drawn from (seed, key)");
-    line["limit"] = {{"name", "limit.first_touch_GBps / ~170 bytes per key"},
-                     {"value", Round(first_touch * 1e9 / key_bytes_guess / 1e6)},
-                     {"unit", "M keys/s"}};
+    const double key_bytes = bytes_per_key(shard);
+    line["limit"] = {{"name", "limit.first_touch_GBps / the shard's bytes per key"},
+                     {"value", Round(first_touch * 1e9 / key_bytes / 1e6)},
+                     {"unit", "M keys/s"},
+                     {"bytes_per_key", Round(key_bytes, 1)}};
     Emit(line);
     if (n != 1) {  // only for this figure: give its memory back
       UpdateRequest erase;
@@ -931,7 +949,7 @@ int Main() {
         Base("memory.dynamic_bytes_per_key", static_cast<double>(s.bytes()) / s.keys(), "bytes");
     line["row_and_slots_bytes"] = 2 * kRowBytes;
     line["ratio"] = Round(static_cast<double>(s.bytes()) / s.keys() / (2 * kRowBytes));
-    line["bound_ratio"] = 1.5;
+    line["target_ratio"] = 1.5;
     line["keys"] = s.keys();
     line["detail"] =
         "the shard's records (24-byte header, row, accumulator), index and blocks' "

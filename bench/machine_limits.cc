@@ -89,6 +89,14 @@ class Fd {
   }
   Fd(const Fd&) = delete;
   Fd& operator=(const Fd&) = delete;
+  Fd(Fd&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+  Fd& operator=(Fd&& other) noexcept {
+    if (this != &other) {
+      reset(other.fd_);
+      other.fd_ = -1;
+    }
+    return *this;
+  }
   int get() const { return fd_; }
   void reset(int fd) {
     if (fd_ >= 0) close(fd_);
@@ -121,19 +129,16 @@ double MeasureRandomGatherRowsPerSec(const LimitTiming& timing, const GatherOpti
   if (table.data() == nullptr) return 0;
   std::memset(table.data(), 3, options.table_bytes);  // fault every page in before timing
   const int64_t n = options.rows_per_batch;
-  std::vector<int64_t> ids(n);
-  std::unique_ptr<char[]> out(new char[n * row_bytes]);
   constexpr int64_t kStripes = 4096;
   std::unique_ptr<std::atomic<bool>[]> locks(new std::atomic<bool>[kStripes]);
   for (int64_t i = 0; i < kStripes; ++i) locks[i].store(false, std::memory_order_relaxed);
-  uint64_t state = 12345;
-  const double rows_per_sec = UnitsPerSec(timing, [&] {
+  // One batch of one thread: n random rows copied into its output.
+  auto batch = [&](uint64_t* state, int64_t* ids, char* o) {
     for (int64_t i = 0; i < n; ++i) {
       // Multiply-shift maps 32 random bits onto [0, num_rows) without a division.
-      ids[i] = static_cast<int64_t>(((SplitMix64Next(&state) >> 32) * num_rows) >> 32);
+      ids[i] = static_cast<int64_t>(((SplitMix64Next(state) >> 32) * num_rows) >> 32);
     }
     const char* base = table.data();
-    char* o = out.get();
     if (options.lock_per_row) {
       for (int64_t i = 0; i < n; ++i) {
         std::atomic<bool>& lock = locks[ids[i] & (kStripes - 1)];
@@ -148,9 +153,54 @@ double MeasureRandomGatherRowsPerSec(const LimitTiming& timing, const GatherOpti
       }
     }
     Clobber(o);
-    return static_cast<double>(n);
-  });
-  return rows_per_sec;
+  };
+  if (options.threads <= 1) {
+    std::vector<int64_t> ids(n);
+    std::unique_ptr<char[]> out(new char[n * row_bytes]);
+    uint64_t state = 12345;
+    return UnitsPerSec(timing, [&] {
+      batch(&state, ids.data(), out.get());
+      return static_cast<double>(n);
+    });
+  }
+  // Several threads: each gathers batches until told to stop; rows are counted over a timed
+  // window of the running threads, as the loopback TCP figure is.
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> rows{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < options.threads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<int64_t> ids(n);
+      std::unique_ptr<char[]> out(new char[n * row_bytes]);
+      uint64_t state = 12345 + 7919 * static_cast<uint64_t>(t);
+      while (!stop.load(std::memory_order_relaxed)) {
+        batch(&state, ids.data(), out.get());
+        rows.fetch_add(n, std::memory_order_relaxed);
+      }
+    });
+  }
+  absl::SleepFor(timing.warmup);
+  const int64_t rows0 = rows.load();
+  const absl::Time t0 = absl::Now();
+  absl::SleepFor(timing.duration);
+  const int64_t rows1 = rows.load();
+  const absl::Time t1 = absl::Now();
+  stop.store(true);
+  for (std::thread& t : threads) t.join();
+  return static_cast<double>(rows1 - rows0) / absl::ToDoubleSeconds(t1 - t0);
+}
+
+std::string GatherLimitName(const GatherOptions& options) {
+  const int64_t mib = options.table_bytes >> 20;
+  return absl::StrCat("limit.gather_", options.row_bytes, "B_rows_",
+                      mib > 0 ? absl::StrCat(mib, "MiB") : absl::StrCat(options.table_bytes, "B"),
+                      "_", options.threads, options.threads == 1 ? "thread" : "threads",
+                      options.lock_per_row ? "_lock_per_row" : "",
+                      options.huge_pages ? "_hugepages" : "");
+}
+
+std::string LoopbackLimitName(int streams) {
+  return absl::StrCat("limit.loopback_tcp_", streams, streams == 1 ? "stream" : "streams");
 }
 
 double MeasureFirstTouchGBps(int64_t bytes) {
@@ -166,7 +216,8 @@ double MeasureFirstTouchGBps(int64_t bytes) {
   return static_cast<double>(bytes) / seconds / 1e9;
 }
 
-absl::StatusOr<double> MeasureLoopbackTcpGBps(const LimitTiming& timing, int64_t write_bytes) {
+absl::StatusOr<double> MeasureLoopbackTcpGBps(const LimitTiming& timing, int64_t write_bytes,
+                                              int streams) {
   Fd listener(socket(AF_INET, SOCK_STREAM, 0));
   if (listener.get() < 0) return absl::UnavailableError(ErrnoText("socket"));
   sockaddr_in addr{};
@@ -175,48 +226,58 @@ absl::StatusOr<double> MeasureLoopbackTcpGBps(const LimitTiming& timing, int64_t
   addr.sin_port = 0;
   socklen_t len = sizeof(addr);
   if (bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      listen(listener.get(), 1) != 0 ||
+      listen(listener.get(), std::max(streams, 1)) != 0 ||
       getsockname(listener.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
     return absl::UnavailableError(ErrnoText("bind/listen on 127.0.0.1:0"));
   }
-  Fd sender(socket(AF_INET, SOCK_STREAM, 0));
-  if (sender.get() < 0) return absl::UnavailableError(ErrnoText("socket"));
-  if (connect(sender.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    return absl::UnavailableError(ErrnoText("connect to 127.0.0.1"));
+  // The connections: a sender and its receiver each.
+  std::vector<std::pair<Fd, Fd>> pairs;
+  for (int s = 0; s < std::max(streams, 1); ++s) {
+    Fd sender(socket(AF_INET, SOCK_STREAM, 0));
+    if (sender.get() < 0) return absl::UnavailableError(ErrnoText("socket"));
+    if (connect(sender.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      return absl::UnavailableError(ErrnoText("connect to 127.0.0.1"));
+    }
+    Fd receiver(accept(listener.get(), nullptr, nullptr));
+    if (receiver.get() < 0) return absl::UnavailableError(ErrnoText("accept"));
+    const int one = 1;
+    setsockopt(sender.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));  // as gRPC sets it
+    pairs.emplace_back(std::move(sender), std::move(receiver));
   }
-  Fd receiver(accept(listener.get(), nullptr, nullptr));
-  if (receiver.get() < 0) return absl::UnavailableError(ErrnoText("accept"));
-  const int one = 1;
-  setsockopt(sender.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));  // as gRPC sets it
 
   std::atomic<bool> stop{false};
   std::atomic<int64_t> received{0};
-  std::thread send_thread([&] {
-    std::vector<char> buf(write_bytes, 'x');
-    while (!stop.load(std::memory_order_relaxed)) {
-      int64_t off = 0;
-      while (off < write_bytes) {
-        const ssize_t w = write(sender.get(), buf.data() + off, write_bytes - off);
-        if (w <= 0) {
-          if (w < 0 && errno == EINTR) continue;
-          shutdown(sender.get(), SHUT_WR);
-          return;
+  std::vector<std::thread> threads;
+  for (auto& [sender_fd, receiver_fd] : pairs) {
+    const int sender = sender_fd.get();
+    const int receiver = receiver_fd.get();
+    threads.emplace_back([&stop, sender, write_bytes] {
+      std::vector<char> buf(write_bytes, 'x');
+      while (!stop.load(std::memory_order_relaxed)) {
+        int64_t off = 0;
+        while (off < write_bytes) {
+          const ssize_t w = write(sender, buf.data() + off, write_bytes - off);
+          if (w <= 0) {
+            if (w < 0 && errno == EINTR) continue;
+            shutdown(sender, SHUT_WR);
+            return;
+          }
+          off += w;
         }
-        off += w;
       }
-    }
-    shutdown(sender.get(), SHUT_WR);
-  });
-  std::thread receive_thread([&] {
-    std::vector<char> buf(write_bytes);
-    for (;;) {
-      const ssize_t r = read(receiver.get(), buf.data(), buf.size());
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) return;  // EOF after the sender's shutdown, or an error
-      received.fetch_add(r, std::memory_order_relaxed);
-    }
-  });
-  // A timed window over a running stream: nothing to wait for but the clock.
+      shutdown(sender, SHUT_WR);
+    });
+    threads.emplace_back([&received, receiver, write_bytes] {
+      std::vector<char> buf(write_bytes);
+      for (;;) {
+        const ssize_t r = read(receiver, buf.data(), buf.size());
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return;  // EOF after the sender's shutdown, or an error
+        received.fetch_add(r, std::memory_order_relaxed);
+      }
+    });
+  }
+  // A timed window over running streams: nothing to wait for but the clock.
   absl::SleepFor(timing.warmup);
   const int64_t bytes0 = received.load();
   const absl::Time t0 = absl::Now();
@@ -224,8 +285,7 @@ absl::StatusOr<double> MeasureLoopbackTcpGBps(const LimitTiming& timing, int64_t
   const int64_t bytes1 = received.load();
   const absl::Time t1 = absl::Now();
   stop.store(true);
-  send_thread.join();
-  receive_thread.join();
+  for (std::thread& t : threads) t.join();
   return static_cast<double>(bytes1 - bytes0) / absl::ToDoubleSeconds(t1 - t0) / 1e9;
 }
 

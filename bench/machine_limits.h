@@ -44,11 +44,19 @@ struct GatherOptions {
   // barrier on x86: it shows what that costs a gather whose speed comes from overlapping misses.
   // Default false.
   bool lock_per_row = false;
+  // Threads gathering at once from the one table, each with its own ids and output buffer, as a
+  // server's threads serving requests side by side. Default 1.
+  int threads = 1;
 };
 
-// Single-thread gather of uniformly random rows (ids from a cheap inline generator, written to an
-// id buffer first as a request's would be), copying each row with memcpy. Returns rows/s.
+// Gather of uniformly random rows (ids from a cheap inline generator, written to an id buffer
+// first as a request's would be), copying each row with memcpy, on options.threads threads.
+// Returns rows/s, summed over the threads.
 double MeasureRandomGatherRowsPerSec(const LimitTiming& timing, const GatherOptions& options = {});
+
+// The name of a gather limit's line, from its shape: "limit.gather_64B_rows_256MiB_2threads"
+// (with "_lock_per_row" or "_hugepages" when those are set).
+std::string GatherLimitName(const GatherOptions& options);
 
 // Fresh memory's first touch: a new anonymous mapping of `bytes` (huge pages asked for, as the
 // ps's large tables do), one byte written per 4 KiB page, so the kernel (and, in a VM, the host)
@@ -56,11 +64,13 @@ double MeasureRandomGatherRowsPerSec(const LimitTiming& timing, const GatherOpti
 // new memory pays per byte, however fast it fills it.
 double MeasureFirstTouchGBps(int64_t bytes = int64_t{1} << 30);
 
-// A plain TCP connection over 127.0.0.1 (no gRPC), one sender thread writing `write_bytes` per
-// write() and one receiver thread reading into a buffer of the same size. Returns GB/s received.
-// Errors: kUnavailable if the socket pair can't be set up (with the errno text).
+// `streams` plain TCP connections over 127.0.0.1 (no gRPC) at once, each with one sender thread
+// writing `write_bytes` per write() and one receiver thread reading into a buffer of the same size
+// (the data plane opens 2 connections per client). Returns GB/s received over all of them.
+// Errors: kUnavailable if a socket pair can't be set up (with the errno text).
 absl::StatusOr<double> MeasureLoopbackTcpGBps(const LimitTiming& timing,
-                                              int64_t write_bytes = int64_t{1} << 20);
+                                              int64_t write_bytes = int64_t{1} << 20,
+                                              int streams = 1);
 
 // Random 4 KiB reads of a file of `file_bytes` made in `dir` (written once, then read with
 // O_DIRECT, so the device answers, not the page cache), `queue_depth` reads in flight (one thread
@@ -69,6 +79,9 @@ absl::StatusOr<double> MeasureLoopbackTcpGBps(const LimitTiming& timing,
 absl::StatusOr<double> MeasureDiskRandomReadsPerSec(const LimitTiming& timing,
                                                     const std::string& dir, int64_t file_bytes,
                                                     int queue_depth);
+
+// The name of a loopback TCP limit's line: "limit.loopback_tcp_2streams".
+std::string LoopbackLimitName(int streams);
 
 // The kernel's transparent huge page mode, e.g. "madvise" (the bracketed word of
 // /sys/kernel/mm/transparent_hugepage/enabled), or "unknown".

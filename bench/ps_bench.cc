@@ -1,12 +1,17 @@
-// ps_bench: throughput of one ps over loopback gRPC (the ps server runs in this process), next to
-// what the machine itself can do, one JSON object per line per figure.
+// ps_bench: throughput of one ps (its server in this process) over its data plane on localhost
+// (--transport=grpc: unary gRPC), next to what the machine itself can do, one JSON object per line
+// per figure. Every figure is measured in the run; ps-lite, the peer, runs outside it
+// (docs/benchmarks.md says how and what it reached).
 //
 //   bazel run -c opt //bench:ps_bench                      # defaults, about a minute
 //   bazel run -c opt //bench:ps_bench -- --seconds=0.5 --rows=262144   # quick
 //   bazel run -c opt //bench:ps_bench -- --only=sparse_pull --in_flight=4  # one group (profiling)
 //
 // Figures (every line has name, value, unit; targets and limits beside them where they apply):
-//   limit.*      memcpy, random 64-byte row gather, loopback TCP (bench/machine_limits.h).
+//   limit.*      memcpy; random 64-byte row gathers from a table of the benchmark's size, on one
+//                thread (cited by the breakdown) and on as many as the machine runs (cited by the
+//                served sparse figures); loopback TCP over 1 and 2 connections (the dense figures
+//                cite the client's: 2 over the data plane, 1 over gRPC) (bench/machine_limits.h).
 //   breakdown.*  the ps's own work without gRPC (VariableStore called directly in this thread) and
 //                the protobuf copy of one reply, to split a gRPC figure into server work and
 //                transport.
@@ -85,7 +90,11 @@ using json = nlohmann::json;
 constexpr int64_t kWidth = 16;                      // floats per sparse row
 constexpr int64_t kRowBytes = kWidth * sizeof(float);  // 64
 constexpr int kMaxInFlight = 16;
-constexpr char kServer[] = "in-process gRPC, 1 ps";
+// What carries the traffic, set from --transport: every line says it.
+std::string server_label;
+// Connections the client's traffic travels on: the data plane opens 2 (one for rows, one for the
+// pushes that end a dense turn, and a large read's pieces are served on both); gRPC one.
+int client_connections = 1;
 
 // Targets from the issue.
 constexpr double kSparseTargetMrows = 15, kSparseAimMrows = 22;
@@ -190,15 +199,19 @@ json LimitRef(const std::string& name, double value, const std::string& unit) {
   return json{{"name", name}, {"value", Round(value)}, {"unit", unit}};
 }
 
+// The limits, each measured on the shape it bounds: gathers from a table of the benchmark's own
+// size, on one thread (the ps's own work on one thread: the breakdown) and on as many threads as
+// the ps serves with here (the served figures); loopback TCP over as many connections as the
+// client's traffic uses.
 struct Limits {
   double memcpy_GBps = 0;
-  double gather_Mrows = 0;
-  double gather_huge_Mrows = 0;
-  double tcp_GBps = 0;
+  json gather_one_thread;     // {"name", "value", "unit"} of each, for the lines that cite them
+  json gather_server_threads;
+  json tcp_client_connections;
   bool measured = false;
 };
 
-Limits MeasureLimits(const Timing& timing) {
+Limits MeasureLimits(const Timing& timing, int64_t table_bytes) {
   Limits l;
   LimitTiming t{timing.warmup, timing.duration};
   l.memcpy_GBps = MeasureMemcpyGBps(t);
@@ -206,40 +219,47 @@ Limits MeasureLimits(const Timing& timing) {
   j["detail"] = "single-thread memcpy between two 64 MiB buffers; bytes copied per second";
   Emit(j);
 
+  // Gathers from a table of the benchmark's size. 4 KiB pages, as the ps's new[] tables get.
+  auto gather = [&](GatherOptions g, const std::string& detail) {
+    const double mrows = MeasureRandomGatherRowsPerSec(t, g) / 1e6;
+    json line = Base(GatherLimitName(g), mrows, "M rows/s");
+    line["detail"] = detail;
+    line["table_bytes"] = g.table_bytes;
+    line["threads"] = g.threads;
+    line["GBps"] = Round(mrows * 1e6 * g.row_bytes / 1e9);
+    line["thp_mode"] = TransparentHugePageMode();
+    Emit(line);
+    return LimitRef(line["name"].get<std::string>(), mrows, "M rows/s");
+  };
   GatherOptions g;
-  l.gather_Mrows = MeasureRandomGatherRowsPerSec(t, g) / 1e6;
-  j = Base("limit.gather_64B_rows_1GiB_1thread", l.gather_Mrows, "M rows/s");
-  j["detail"] = "single-thread memcpy of uniformly random 64-byte rows from a 1 GiB table into a "
-                "16384-row buffer; 4 KiB pages (as the ps's new[] tables get)";
-  j["GBps"] = Round(l.gather_Mrows * 1e6 * 64 / 1e9);
-  j["thp_mode"] = TransparentHugePageMode();
-  Emit(j);
-
+  g.table_bytes = table_bytes;
+  l.gather_one_thread = gather(g, "memcpy of uniformly random 64-byte rows from a table the size "
+                                  "of the benchmark's into a 16384-row buffer, one thread");
+  g.threads = AvailableCpus();
+  l.gather_server_threads =
+      gather(g, "the same on as many threads as this machine runs at once, each with its own ids "
+                "and buffer: what a ps serving requests side by side can gather");
+  g.threads = 1;
   g.lock_per_row = true;
-  const double locked_Mrows = MeasureRandomGatherRowsPerSec(t, g) / 1e6;
-  j = Base("limit.gather_64B_rows_1GiB_1thread_lock_per_row", locked_Mrows, "M rows/s");
-  j["detail"] = "as limit.gather_64B_rows_1GiB_1thread, with an uncontended striped spin lock "
-                "(atomic exchange + release store) around each row, as the ps's RowLocks do; the "
-                "locked instruction is a full barrier, so cache misses no longer overlap";
-  j["GBps"] = Round(locked_Mrows * 1e6 * 64 / 1e9);
-  Emit(j);
-
+  gather(g, "as the one-thread gather, with an uncontended striped spin lock (atomic exchange + "
+            "release store) around each row, as the ps's RowLocks do; the locked instruction is "
+            "a full barrier, so cache misses no longer overlap");
   g.lock_per_row = false;
   g.huge_pages = true;
-  l.gather_huge_Mrows = MeasureRandomGatherRowsPerSec(t, g) / 1e6;
-  j = Base("limit.gather_64B_rows_1GiB_1thread_hugepages", l.gather_huge_Mrows, "M rows/s");
-  j["detail"] =
-      "as limit.gather_64B_rows_1GiB_1thread, with madvise(MADV_HUGEPAGE) on the table";
-  j["GBps"] = Round(l.gather_huge_Mrows * 1e6 * 64 / 1e9);
-  j["thp_mode"] = TransparentHugePageMode();
-  Emit(j);
+  gather(g, "as the one-thread gather, with madvise(MADV_HUGEPAGE) on the table");
 
-  absl::StatusOr<double> tcp = MeasureLoopbackTcpGBps(t);
-  if (!tcp.ok()) Die(tcp.status(), "loopback TCP");
-  l.tcp_GBps = *tcp;
-  j = Base("limit.loopback_tcp_1stream", l.tcp_GBps, "GB/s");
-  j["detail"] = "plain TCP over 127.0.0.1, one sender thread (1 MiB writes), one receiver thread";
-  Emit(j);
+  for (int streams : {1, 2}) {
+    absl::StatusOr<double> tcp = MeasureLoopbackTcpGBps(t, int64_t{1} << 20, streams);
+    if (!tcp.ok()) Die(tcp.status(), "loopback TCP");
+    j = Base(LoopbackLimitName(streams), *tcp, "GB/s");
+    j["detail"] = absl::StrCat("plain TCP over 127.0.0.1, ", streams,
+                               " connection(s) at once, each with one sender thread (1 MiB "
+                               "writes) and one receiver thread; bytes received over all");
+    Emit(j);
+    if (streams == client_connections) {
+      l.tcp_client_connections = LimitRef(j["name"].get<std::string>(), *tcp, "GB/s");
+    }
+  }
   l.measured = true;
   return l;
 }
@@ -251,11 +271,7 @@ void MeasureBreakdown(const Timing& timing, const SparseWorkload& w, const Limit
   absl::StatusOr<std::vector<bool>> created = store.CreateShards({TableDef(w.rows)});
   if (!created.ok()) Die(created.status(), "creating the local table");
   const double rows_per_call = static_cast<double>(w.ids_per_request);
-  auto limit = [&] {
-    return limits.measured
-               ? LimitRef("limit.gather_64B_rows_1GiB_1thread", limits.gather_Mrows, "M rows/s")
-               : json();
-  };
+  auto limit = [&] { return limits.measured ? limits.gather_one_thread : json(); };
 
   LookupResponse response;
   int next = 0;
@@ -316,7 +332,7 @@ json SparseLine(const std::string& name, const std::string& client, int in_fligh
                 const std::string& op_detail) {
   const double rows_per_sec = r.per_sec() * w.ids_per_request;
   json j = Base(name, rows_per_sec / 1e6, "M rows/s");
-  j["server"] = kServer;
+  j["server"] = server_label;
   j["client"] = client;
   j["in_flight"] = in_flight;
   j["op"] = op_detail;
@@ -329,9 +345,7 @@ json SparseLine(const std::string& name, const std::string& client, int in_fligh
   j["target"] = kSparseTargetMrows;
   j["aim"] = kSparseAimMrows;
   j["meets_target"] = rows_per_sec / 1e6 >= kSparseTargetMrows;
-  if (limits.measured) {
-    j["limit"] = LimitRef("limit.gather_64B_rows_1GiB_1thread", limits.gather_Mrows, "M rows/s");
-  }
+  if (limits.measured) j["limit"] = limits.gather_server_threads;
   j["table"] = {w.rows, kWidth};
   j["ids_per_request"] = w.ids_per_request;
   j["distinct_ids_per_request"] = Round(w.mean_distinct, 1);
@@ -407,13 +421,13 @@ void MeasureSparse(const Timing& timing, PsClient* client, const SparseWorkload&
     json j = raw_push(sgd_updates, n, "sparse_push_sgd.raw.in_flight_",
                       "Update APPLY_GRADIENT with the ps's SGD (one row read and written per id, "
                       "as ps-lite's summing push; Adagrad touches two)");
-    // A comparison with the peer's workload: the targets are for Adagrad.
+    // A comparison with ps-lite's summing push, whose figures are measured outside this program
+    // (docs/benchmarks.md, "The data plane against ps-lite"): the targets are for Adagrad.
     j.erase("target");
     j.erase("aim");
     j.erase("meets_target");
-    j["peer"] = {{"what", "ps-lite push, 16,384 64-byte rows, 1 in flight (PERF_NOTES)"},
-                 {"value", 15.0},
-                 {"unit", "M rows/s"}};
+    j["peer"] = "ps-lite's push: run outside this program; its figures and build are in "
+                "docs/benchmarks.md (The data plane against ps-lite)";
     Emit(j);
   }
 }
@@ -439,7 +453,7 @@ void MeasureDense(const Timing& timing, PsClient* client, const std::string& nam
     const double gbps = r.per_sec() * bytes / 1e9;
     json j = Base(absl::StrCat(figure, ".", name, ".", client_kind, ".in_flight_", in_flight),
                   gbps, "GB/s");
-    j["server"] = kServer;
+    j["server"] = server_label;
     j["client"] = client_kind == "raw" ? "raw PsClient async calls, prebuilt requests"
                                        : "ShardedVariable";
     j["in_flight"] = in_flight;
@@ -452,9 +466,7 @@ void MeasureDense(const Timing& timing, PsClient* client, const std::string& nam
     j["process_cpu_cores"] = Round(r.cpu_cores, 2);
     j["target"] = target;
     j["meets_target"] = gbps >= target;
-    if (limits.measured) {
-      j["limit"] = LimitRef("limit.loopback_tcp_1stream", limits.tcp_GBps, "GB/s");
-    }
+    if (limits.measured) j["limit"] = limits.tcp_client_connections;
     Emit(j);
   };
 
@@ -550,8 +562,14 @@ int Main() {
     return only.empty() || std::find(only.begin(), only.end(), group) != only.end();
   };
 
+  client_connections = transport == "data_plane" ? 2 : 1;
+  server_label = transport == "data_plane"
+                     ? "1 ps in this process; Lookup, Update and Read over its data plane (2 TCP "
+                       "connections on localhost), the rest over gRPC"
+                     : "1 ps in this process; every call over unary gRPC (1 HTTP/2 connection on "
+                       "localhost)";
   Limits limits;
-  if (runs("limits")) limits = MeasureLimits(timing);
+  if (runs("limits")) limits = MeasureLimits(timing, rows * kRowBytes);
 
   const SparseWorkload workload = SparseWorkload::Build(rows, ids_per_request);
   if (runs("breakdown")) MeasureBreakdown(timing, workload, limits);
