@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The benchmarks' honesty check: no program in bench/ prints a figure it did not measure.
 
-A benchmark's JSON may carry numbers written in its source only as settings (workers, rows) or
+Every C++ and Python source under bench/ (its peers' drivers in bench/peers/ too) is read. A
+benchmark's JSON may carry numbers written in its source only as settings (workers, rows) or
 goals (target, aim); a figure (a value, a limit, a peer's result, a rate, a ratio) must be computed
 in the run. A peer that doesn't run here is named in the docs with where its figure comes from,
 never printed as a JSON number. This check reads every C++ and Python source of bench/ and fails on:
@@ -110,11 +111,14 @@ def check_file(path, rel):
 def check(root):
     bench = os.path.join(root, "bench")
     problems, files = [], 0
-    for name in sorted(os.listdir(bench)):
-        if not (name.endswith(".cc") or name.endswith(".py")):
-            continue
-        files += 1
-        problems += check_file(os.path.join(bench, name), os.path.join("bench", name))
+    for folder, dirs, names in os.walk(bench):
+        dirs.sort()
+        for name in sorted(names):
+            if not (name.endswith(".cc") or name.endswith(".py")):
+                continue
+            files += 1
+            path = os.path.join(folder, name)
+            problems += check_file(path, os.path.relpath(path, root))
     return problems, files
 
 
