@@ -113,9 +113,16 @@ class Future {
  public:
   Future(std::shared_ptr<PendingCall> call, py::object result, std::vector<py::object> keep)
       : call_(std::move(call)), result_(std::move(result)), keep_(std::move(keep)) {}
+  // Moved (into the Python object), never copied: a copy's destructor would wait for the call.
+  Future(Future&&) = default;
+  Future& operator=(Future&&) = default;
+  Future(const Future&) = delete;
+  Future& operator=(const Future&) = delete;
   // The arrays must outlive the call: a future dropped early waits for it.
   ~Future() {
-    if (!call_->done()) WaitReleased(*call_, absl::InfiniteDuration()).IgnoreError();
+    if (call_ != nullptr && !call_->done()) {
+      WaitReleased(*call_, absl::InfiniteDuration()).IgnoreError();
+    }
   }
   bool done() const { return call_->done(); }
   py::object Result(std::optional<double> timeout_seconds) {

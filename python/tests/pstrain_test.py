@@ -86,6 +86,15 @@ class ClusterTest(unittest.TestCase):
         push = t.apply_gradients_async(ids, np.ones((4096, 8), np.float32))
         self.assertIsNone(push.result())
         np.testing.assert_allclose(t.lookup(ids[:3]), -0.5)
+        # A future keeps the arrays it reads alive: the caller may drop them at once.
+        pending = t.lookup_async(np.arange(100000, dtype=np.int64) + 7)
+        import gc
+        gc.collect()
+        rows = pending.result(timeout=30)
+        np.testing.assert_array_equal(rows[:3], t.lookup([7, 8, 9]))
+        # Dropped unfinished, a future waits for its call (its arrays are still being written).
+        for i in range(8):
+            t.lookup_async(np.arange(50000, dtype=np.int64) * (i + 2))
 
     def test_calls_from_threads_run_beside_each_other(self):
         t = self.cluster.create_table("t_threads", dim=4, optimizer=SGD)
