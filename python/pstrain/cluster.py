@@ -2,8 +2,9 @@
 
 A Cluster is either started in this process (real gRPC servers on picked localhost ports, as the
 tests use) or connected to the ps tasks of a running job from its cluster spec (TF_CONFIG JSON).
-Tables and variables take and return NumPy arrays (CPU torch tensors work too, through NumPy
-without a copy): ids of any integer dtype, values float32.
+Tables and variables take and return NumPy arrays, ids of any integer dtype and values float32.
+Torch tensors work too: a CPU tensor is read through NumPy without a copy, and a lookup of torch
+ids returns a torch tensor over the rows the lookup wrote.
 """
 
 import json
@@ -33,6 +34,26 @@ def _normalized(value):
     if isinstance(value, (list, tuple)):
         return [_normalized(v) for v in value]
     return value
+
+
+def _is_tensor(x):
+    return type(x).__module__ == "torch" and type(x).__name__ == "Tensor"
+
+
+def _array(x):
+    """A torch tensor as the NumPy array over its memory (detached; moved to the CPU first if it
+    is elsewhere); anything else as it is (the extension reads arrays and lists)."""
+    if _is_tensor(x):
+        return x.detach().cpu().numpy()
+    return x
+
+
+def _rows_like(ids, rows):
+    """Rows as a torch tensor (over the same memory) when the ids came as one."""
+    if _is_tensor(ids):
+        import torch
+        return torch.from_numpy(rows)
+    return rows
 
 
 def _message_json(value, what):
@@ -73,26 +94,27 @@ class Table:
 
     def lookup(self, ids, train=True, step=0):
         """Rows of `ids`. train=True stores ids the table lacks (admission permitting); False (an
-        evaluation lookup) never changes the table: an absent id reads the default row."""
-        return self._t.lookup(ids, train, step, False)
+        evaluation lookup) never changes the table: an absent id reads the default row. Torch ids
+        give a torch tensor of rows."""
+        return _rows_like(ids, self._t.lookup(_array(ids), train, step, False))
 
     def lookup_async(self, ids, train=True, step=0):
-        """lookup() as a Future whose result() is the rows."""
-        return self._t.lookup(ids, train, step, True)
+        """lookup() as a Future whose result() is the rows (a NumPy array)."""
+        return self._t.lookup(_array(ids), train, step, True)
 
     def apply_gradients(self, ids, grads, step=0):
-        self._t.apply_gradients(ids, grads, step, False)
+        self._t.apply_gradients(_array(ids), _array(grads), step, False)
 
     def apply_gradients_async(self, ids, grads, step=0):
         """apply_gradients() as a Future (result() is None once applied)."""
-        return self._t.apply_gradients(ids, grads, step, True)
+        return self._t.apply_gradients(_array(ids), _array(grads), step, True)
 
     def assign(self, ids, values):
         """Sets the rows of `ids` (storing ids the table lacks, without admission)."""
-        self._t.assign(ids, values)
+        self._t.assign(_array(ids), _array(values))
 
     def erase(self, ids):
-        self._t.erase(ids)
+        self._t.erase(_array(ids))
 
     def size(self):
         """Ids held, over every shard."""
@@ -129,25 +151,25 @@ class Variable:
         return self._v.num_shards
 
     def lookup(self, ids):
-        return self._v.lookup(ids, False)
+        return _rows_like(ids, self._v.lookup(_array(ids), False))
 
     def lookup_async(self, ids):
-        return self._v.lookup(ids, True)
+        return self._v.lookup(_array(ids), True)
 
     def apply_gradients(self, ids, grads):
-        self._v.apply_gradients(ids, grads, False)
+        self._v.apply_gradients(_array(ids), _array(grads), False)
 
     def apply_gradients_async(self, ids, grads):
-        return self._v.apply_gradients(ids, grads, True)
+        return self._v.apply_gradients(_array(ids), _array(grads), True)
 
     def read(self):
         return self._v.read()
 
     def assign(self, values):
-        self._v.assign(values)
+        self._v.assign(_array(values))
 
     def apply_dense_gradients(self, grads):
-        self._v.apply_dense_gradients(grads)
+        self._v.apply_dense_gradients(_array(grads))
 
     def __repr__(self):
         return f"pstrain.Variable({self.name!r}, shape={self.shape}, shards={self.num_shards})"

@@ -119,6 +119,17 @@ class EmbeddingTest(unittest.TestCase):
         counts = np.array([1] + [2] * 9 + [1], np.float32)
         np.testing.assert_allclose(got, weight.numpy()[:11] - LR * counts[:, None], atol=1e-6)
 
+    def test_tables_take_and_return_torch_tensors(self):
+        table, weight = make_pair(self.cluster, "tensors", seed=6)
+        rows = table.lookup(torch.tensor([[1, 2], [3, 4]]))
+        self.assertIsInstance(rows, torch.Tensor)
+        self.assertEqual(rows.shape, (2, 2, DIM))
+        torch.testing.assert_close(rows[1, 1], weight[4])
+        grads = torch.ones(2, DIM, requires_grad=True) * 1.0  # not a leaf: needs detaching
+        table.apply_gradients(torch.tensor([1, 2]), grads)
+        np.testing.assert_allclose(table.lookup(np.array([1])), weight[1:2].numpy() - LR,
+                                   atol=1e-6)
+
     def test_bad_ids_are_refused(self):
         emb = pstrain.torch.Embedding(self.cluster.create_table("bad_ids", dim=2))
         with self.assertRaises(TypeError):
