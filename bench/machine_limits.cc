@@ -107,6 +107,18 @@ class Fd {
   int fd_;
 };
 
+// How fast `counter`, which running threads add to, grows: over timing.duration after
+// timing.warmup (a timed window over running work: nothing to wait for but the clock).
+double CountPerSecOverWindow(const LimitTiming& timing, const std::atomic<int64_t>& counter) {
+  absl::SleepFor(timing.warmup);
+  const int64_t count0 = counter.load();
+  const absl::Time t0 = absl::Now();
+  absl::SleepFor(timing.duration);
+  const int64_t count1 = counter.load();
+  const absl::Time t1 = absl::Now();
+  return static_cast<double>(count1 - count0) / absl::ToDoubleSeconds(t1 - t0);
+}
+
 }  // namespace
 
 double MeasureMemcpyGBps(const LimitTiming& timing, int64_t buffer_bytes) {
@@ -164,7 +176,7 @@ double MeasureRandomGatherRowsPerSec(const LimitTiming& timing, const GatherOpti
     });
   }
   // Several threads: each gathers batches until told to stop; rows are counted over a timed
-  // window of the running threads, as the loopback TCP figure is.
+  // window of the running threads.
   std::atomic<bool> stop{false};
   std::atomic<int64_t> rows{0};
   std::vector<std::thread> threads;
@@ -179,15 +191,10 @@ double MeasureRandomGatherRowsPerSec(const LimitTiming& timing, const GatherOpti
       }
     });
   }
-  absl::SleepFor(timing.warmup);
-  const int64_t rows0 = rows.load();
-  const absl::Time t0 = absl::Now();
-  absl::SleepFor(timing.duration);
-  const int64_t rows1 = rows.load();
-  const absl::Time t1 = absl::Now();
+  const double rows_per_sec = CountPerSecOverWindow(timing, rows);
   stop.store(true);
   for (std::thread& t : threads) t.join();
-  return static_cast<double>(rows1 - rows0) / absl::ToDoubleSeconds(t1 - t0);
+  return rows_per_sec;
 }
 
 std::string GatherLimitName(const GatherOptions& options) {
@@ -277,16 +284,10 @@ absl::StatusOr<double> MeasureLoopbackTcpGBps(const LimitTiming& timing, int64_t
       }
     });
   }
-  // A timed window over running streams: nothing to wait for but the clock.
-  absl::SleepFor(timing.warmup);
-  const int64_t bytes0 = received.load();
-  const absl::Time t0 = absl::Now();
-  absl::SleepFor(timing.duration);
-  const int64_t bytes1 = received.load();
-  const absl::Time t1 = absl::Now();
+  const double bytes_per_sec = CountPerSecOverWindow(timing, received);
   stop.store(true);
   for (std::thread& t : threads) t.join();
-  return static_cast<double>(bytes1 - bytes0) / absl::ToDoubleSeconds(t1 - t0) / 1e9;
+  return bytes_per_sec / 1e9;
 }
 
 std::string TransparentHugePageMode() {

@@ -150,6 +150,26 @@ struct Variable {
   int64_t width() const { return variable.width(); }
 };
 
+// `obj` as a whole variable's `what` (values, gradients): int64 (`int64`) or float32, as many
+// elements as the variable holds, C-contiguous (a copy only when it isn't). Errors:
+// kInvalidArgument naming the dtype or the shape.
+py::array WholeVariable(const Variable& v, const py::handle& obj, const char* what, bool int64) {
+  py::array a = py::array::ensure(obj);
+  if (!a || a.dtype().kind() != (int64 ? 'i' : 'f') || a.dtype().itemsize() != (int64 ? 8 : 4)) {
+    ThrowInvalid(absl::StrCat(what, " must be ", int64 ? "int64" : "float32",
+                              a ? absl::StrCat(", got dtype ", DTypeText(a)) : ""));
+  }
+  if (a.nbytes() != v.variable.num_rows() * v.variable.row_bytes()) {
+    ThrowInvalid(absl::StrCat(what, " have shape ", ShapeText(a), ", expected the variable's ",
+                              absl::StrJoin(v.variable.shape(), ", ")));
+  }
+  return py::array::ensure(a, py::array::c_style);
+}
+
+absl::string_view BytesOf(const py::array& a) {
+  return absl::string_view(static_cast<const char*>(a.data()), a.nbytes());
+}
+
 LookupMode ModeOf(bool train) { return train ? LookupMode::kTrain : LookupMode::kEval; }
 
 // The output array of a lookup of `ids` rows of `width` floats (trailing dims `row_shape`).
@@ -486,38 +506,18 @@ void DefineVariable(py::module_& m) {
       .def(
           "assign",
           [](const Variable& v, py::handle values_obj) {
-            py::array a = py::array::ensure(values_obj);
-            const bool is_int = v.variable.dtype() == DT_INT64;
-            if (!a || a.dtype().kind() != (is_int ? 'i' : 'f') || a.dtype().itemsize() != (is_int ? 8 : 4)) {
-              ThrowInvalid(absl::StrCat("values must be ", is_int ? "int64" : "float32",
-                                        a ? absl::StrCat(", got dtype ", DTypeText(a)) : ""));
-            }
-            if (a.size() * a.itemsize() != v.variable.num_rows() * v.variable.row_bytes()) {
-              ThrowInvalid(absl::StrCat("values have shape ", ShapeText(a), ", expected the "
-                                        "variable's ", absl::StrJoin(v.variable.shape(), ", ")));
-            }
-            a = py::array::ensure(a, py::array::c_style);
-            const absl::string_view bytes(static_cast<const char*>(a.data()), a.nbytes());
+            const bool int64 = v.variable.dtype() == DT_INT64;
+            const py::array values = WholeVariable(v, values_obj, "values", int64);
             py::gil_scoped_release release;
-            ThrowIfError(v.variable.AssignAll(bytes));
+            ThrowIfError(v.variable.AssignAll(BytesOf(values)));
           },
           py::arg("values"))
       .def(
           "apply_dense_gradients",
           [](const Variable& v, py::handle grads_obj) {
-            py::array a = py::array::ensure(grads_obj);
-            if (!a || a.dtype().kind() != 'f' || a.dtype().itemsize() != 4) {
-              ThrowInvalid(absl::StrCat("gradients must be float32",
-                                        a ? absl::StrCat(", got dtype ", DTypeText(a)) : ""));
-            }
-            if (a.nbytes() != v.variable.num_rows() * v.variable.row_bytes()) {
-              ThrowInvalid(absl::StrCat("gradients have shape ", ShapeText(a), ", expected the "
-                                        "variable's ", absl::StrJoin(v.variable.shape(), ", ")));
-            }
-            a = py::array::ensure(a, py::array::c_style);
-            const absl::string_view bytes(static_cast<const char*>(a.data()), a.nbytes());
+            const py::array grads = WholeVariable(v, grads_obj, "gradients", /*int64=*/false);
             py::gil_scoped_release release;
-            ThrowIfError(v.variable.ApplyDenseGradients(bytes));
+            ThrowIfError(v.variable.ApplyDenseGradients(BytesOf(grads)));
           },
           py::arg("grads"));
 }

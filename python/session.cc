@@ -2,6 +2,7 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -31,6 +32,21 @@ absl::Status ParseJsonInto(const std::string& json, absl::string_view what,
         absl::StrCat(what, ": ", std::string(status.message().data(), status.message().size()),
                      " (in ", json, ")"));
   }
+  return absl::OkStatus();
+}
+
+// A table's or variable's (`what`: `table "emb"`) initializer and optimizer from their JSON; an
+// empty optimizer leaves it unset (no gradients). Errors: as ParseJsonInto.
+absl::Status ParseInitializerAndOptimizer(const std::string& what,
+                                          const std::string& initializer_json,
+                                          const std::string& optimizer_json,
+                                          InitializerDef* initializer,
+                                          std::optional<OptimizerDef>* optimizer) {
+  RETURN_IF_ERROR(ParseJsonInto(initializer_json, absl::StrCat(what, ": initializer"), initializer));
+  if (optimizer_json.empty()) return absl::OkStatus();
+  OptimizerDef parsed;
+  RETURN_IF_ERROR(ParseJsonInto(optimizer_json, absl::StrCat(what, ": optimizer"), &parsed));
+  *optimizer = parsed;
   return absl::OkStatus();
 }
 
@@ -79,16 +95,9 @@ absl::StatusOr<DynamicTable> Session::CreateTable(const SessionTableOptions& opt
   spec.name = options.name;
   spec.dim = options.dim;
   spec.num_shards = options.num_shards;
-  RETURN_IF_ERROR(ParseJsonInto(options.initializer_json,
-                                absl::StrCat("table \"", options.name, "\": initializer"),
-                                &spec.initializer));
-  if (!options.optimizer_json.empty()) {
-    OptimizerDef optimizer;
-    RETURN_IF_ERROR(ParseJsonInto(options.optimizer_json,
-                                  absl::StrCat("table \"", options.name, "\": optimizer"),
-                                  &optimizer));
-    spec.optimizer = optimizer;
-  }
+  RETURN_IF_ERROR(ParseInitializerAndOptimizer(absl::StrCat("table \"", options.name, "\""),
+                                               options.initializer_json, options.optimizer_json,
+                                               &spec.initializer, &spec.optimizer));
   RETURN_IF_ERROR(ParseJsonInto(options.options_json,
                                 absl::StrCat("table \"", options.name, "\": options"),
                                 &spec.options));
@@ -105,16 +114,9 @@ absl::StatusOr<ShardedVariable> Session::CreateVariable(const SessionVariableOpt
   if (options.min_shard_bytes > 0) spec.partitioner.min_shard_bytes = options.min_shard_bytes;
   spec.partitioner.max_shard_bytes = options.max_shard_bytes;
   if (options.max_shards >= 0) spec.partitioner.max_shards = options.max_shards;
-  RETURN_IF_ERROR(ParseJsonInto(options.initializer_json,
-                                absl::StrCat("variable \"", options.name, "\": initializer"),
-                                &spec.initializer));
-  if (!options.optimizer_json.empty()) {
-    OptimizerDef optimizer;
-    RETURN_IF_ERROR(ParseJsonInto(options.optimizer_json,
-                                  absl::StrCat("variable \"", options.name, "\": optimizer"),
-                                  &optimizer));
-    spec.optimizer = optimizer;
-  }
+  RETURN_IF_ERROR(ParseInitializerAndOptimizer(absl::StrCat("variable \"", options.name, "\""),
+                                               options.initializer_json, options.optimizer_json,
+                                               &spec.initializer, &spec.optimizer));
   return creator_->Create(spec);
 }
 

@@ -16,17 +16,11 @@ import tempfile
 import threading
 
 from pstrain import _pstrain
+from pstrain._errors import error
 
 # trainer/progress.h's line: "step 1200/10000 (12.0%)  5234.1 ex/s  loss 0.4312  elapsed ..."
 _PROGRESS = re.compile(
     r"^step (?P<step>\d+)(?:/(?P<total>\d+))?.*?(?P<rate>[0-9.]+) ex/s\s+loss (?P<loss>\S+)")
-
-
-def _error(code, message):
-    e = _pstrain.Error(f"{code}: {message}")
-    e.code = code
-    e.message = message
-    return e
 
 
 def coordinator_binary():
@@ -39,7 +33,7 @@ def coordinator_binary():
     for path in candidates:
         if path and os.path.isfile(path) and os.access(path, os.X_OK):
             return os.path.normpath(path)
-    raise _error("NOT_FOUND", "the coordinator binary: set PSTRAIN_COORDINATOR, or install the "
+    raise error("NOT_FOUND", "the coordinator binary: set PSTRAIN_COORDINATOR, or install the "
                  "package with `bazel run //python:install` (looked in: "
                  + ", ".join(p for p in candidates if p) + ")")
 
@@ -141,7 +135,7 @@ def _run(args, progress, log):
     if returncode != 0 or summary is None:
         message = "; ".join(errors) or f"the job exited with status {returncode}"
         code = "INVALID_ARGUMENT" if returncode == 1 and "flag" in message else "UNKNOWN"
-        raise _error(code, message)
+        raise error(code, message)
     return json.loads(summary)
 
 

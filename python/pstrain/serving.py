@@ -6,6 +6,7 @@ import math
 import numpy as np
 
 from pstrain import _pstrain
+from pstrain._errors import error
 
 
 def _text(value):
@@ -50,9 +51,7 @@ class Predictor:
         lengths = {len(v) for v in values}
         if len(lengths) > 1:
             sizes = ", ".join(f"{c}: {len(v)}" for c, v in zip(columns, values))
-            e = _pstrain.Error(f"INVALID_ARGUMENT: columns of different lengths ({sizes})")
-            e.code, e.message = "INVALID_ARGUMENT", f"columns of different lengths ({sizes})"
-            raise e
+            raise error("INVALID_ARGUMENT", f"columns of different lengths ({sizes})")
         rows = [[_text(v[i]) for v in values] for i in range(lengths.pop() if lengths else 0)]
         return self._p.predict_rows(columns, rows)
 
