@@ -125,6 +125,7 @@ nlohmann::json Line(const std::string& name, const Run& r) {
           {"disk_keys", r.disk_keys},
           {"disk_bytes", r.disk_bytes},
           {"keys_read_from_disk", r.disk_hits},
+          {"keys_moved_to_ram", r.moved_to_ram},
           {"table_bytes_in_ram_most_ps", r.most_table_bytes}};
 }
 
