@@ -44,6 +44,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/status/status.h"
@@ -72,6 +73,9 @@ ABSL_FLAG(std::string, transport, "data_plane",
           "or grpc (unary gRPC calls, as before it).");
 ABSL_FLAG(int64_t, rows, 4194304, "Rows of the sparse table (16 float32 = 64 bytes each).");
 ABSL_FLAG(int64_t, ids_per_request, 16384, "Uniform random ids per sparse request.");
+ABSL_FLAG(bool, sorted_ids, false,
+          "Each sparse request's ids distinct and sorted (ps-lite's workload, bench/peers: its "
+          "keys must be), instead of raw uniform draws with their repeats, in drawn order.");
 ABSL_FLAG(std::vector<std::string>, in_flight, std::vector<std::string>({"1", "4", "8"}),
           "Requests kept in flight for the raw sparse figures (each at most 16).");
 ABSL_FLAG(int64_t, dense_floats, 1048576,
@@ -153,11 +157,14 @@ struct SparseWorkload {
   std::vector<LookupRequest> lookups;
   std::vector<UpdateRequest> updates;
   double mean_distinct = 0;  // distinct ids per request, averaged over the sets
+  bool sorted = false;       // each request's ids distinct and sorted
   int num_sets() const { return static_cast<int>(id_sets.size()); }
 
-  static SparseWorkload Build(int64_t rows, int64_t ids_per_request) {
+  static SparseWorkload Build(int64_t rows, int64_t ids_per_request, bool sorted) {
     SparseWorkload w;
+    w.sorted = sorted;
     w.rows = rows;
+    if (sorted) ids_per_request = std::min(ids_per_request, rows);  // distinct: at most the rows
     w.ids_per_request = ids_per_request;
     std::mt19937_64 rng(20261121);
     std::uniform_int_distribution<int64_t> id(0, rows - 1);
@@ -170,9 +177,18 @@ struct SparseWorkload {
     for (int s = 0; s < sets; ++s) {
       std::vector<int64_t> ids(ids_per_request);
       for (int64_t& x : ids) x = id(rng);
-      std::vector<int64_t> sorted = ids;
-      std::sort(sorted.begin(), sorted.end());
-      distinct += std::unique(sorted.begin(), sorted.end()) - sorted.begin();
+      if (sorted) {
+        // Distinct: draws until there are ids_per_request of them.
+        absl::flat_hash_set<int64_t> distinct_ids(ids.begin(), ids.end());
+        while (static_cast<int64_t>(distinct_ids.size()) < ids_per_request) {
+          distinct_ids.insert(id(rng));
+        }
+        ids.assign(distinct_ids.begin(), distinct_ids.end());
+        std::sort(ids.begin(), ids.end());
+      }
+      std::vector<int64_t> sorted_ids = ids;
+      std::sort(sorted_ids.begin(), sorted_ids.end());
+      distinct += std::unique(sorted_ids.begin(), sorted_ids.end()) - sorted_ids.begin();
 
       LookupOp* l = w.lookups.emplace_back().add_ops();
       l->set_shard("emb");
@@ -349,6 +365,7 @@ json SparseLine(const std::string& name, const std::string& client, int in_fligh
   j["table"] = {w.rows, kWidth};
   j["ids_per_request"] = w.ids_per_request;
   j["distinct_ids_per_request"] = Round(w.mean_distinct, 1);
+  j["ids"] = w.sorted ? "distinct, sorted" : "uniform draws with their repeats, in drawn order";
   return j;
 }
 
@@ -571,7 +588,7 @@ int Main() {
   Limits limits;
   if (runs("limits")) limits = MeasureLimits(timing, rows * kRowBytes);
 
-  const SparseWorkload workload = SparseWorkload::Build(rows, ids_per_request);
+  const SparseWorkload workload = SparseWorkload::Build(rows, ids_per_request, absl::GetFlag(FLAGS_sorted_ids));
   if (runs("breakdown")) MeasureBreakdown(timing, workload, limits);
   if (!runs("sparse_pull") && !runs("sparse_push") && !runs("dense")) return 0;
 

@@ -74,7 +74,8 @@ class IdIndex {
 // repeat ~31 times): one pass sets each id's hash bit in a bitmap of 16 bits per id (32 KiB for
 // 16K ids, so it stays in L1/L2 while an IdIndex's 512 KiB did not on a busy ps), and only the
 // ids whose bit was already set, ~1/32 of them, are candidates; a second pass finds the candidates'
-// first positions exactly. ~5 ns per id here against ~9 for an IdIndex.
+// first positions exactly. ~5 ns per id here against ~9 for an IdIndex. Strictly increasing ids
+// (a client that sorted its distinct ids) are known to repeat none after one compare each.
 //
 // Not thread-safe: one per thread (ThreadRepeatFinder()).
 class RepeatFinder {

@@ -1,5 +1,6 @@
 #include "common/id_index.h"
 
+#include <algorithm>
 #include <map>
 #include <random>
 
@@ -107,6 +108,30 @@ TEST(RepeatFinderTest, RandomBatches_MatchAMap) {
     std::vector<int64_t> ids(n);
     for (int64_t& id : ids) id = static_cast<int64_t>(rng() % range) << shift;
     ASSERT_EQ(Found(finder, ids), RepeatsOf(ids)) << "batch " << batch;
+  }
+}
+
+TEST(RepeatFinderTest, SortedBatches_AndSortedUntilALateRepeat) {
+  std::mt19937_64 rng(9);
+  RepeatFinder finder;
+  for (int batch = 0; batch < 100; ++batch) {
+    const int64_t n = 2 + static_cast<int64_t>(rng() % 5000);
+    std::vector<int64_t> ids(n);
+    for (int64_t& id : ids) id = static_cast<int64_t>(rng() % 1000000) - 500000;
+    std::sort(ids.begin(), ids.end());
+    // Sorted with repeats (equal neighbours), then strictly increasing, then strictly increasing
+    // but for one repeat or one step down at the end.
+    ASSERT_EQ(Found(finder, ids), RepeatsOf(ids)) << "batch " << batch;
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    if (ids.size() < 2) continue;
+    ASSERT_EQ(Found(finder, ids), RepeatsOf(ids)) << "batch " << batch;
+    ASSERT_TRUE(Found(finder, ids).empty());
+    std::vector<int64_t> late = ids;
+    late.push_back(ids[rng() % ids.size()]);
+    ASSERT_EQ(Found(finder, late), RepeatsOf(late)) << "batch " << batch;
+    ASSERT_FALSE(Found(finder, late).empty());
+    late.back() = ids.front() - 1;  // a step down, no repeat
+    ASSERT_EQ(Found(finder, late), RepeatsOf(late)) << "batch " << batch;
   }
 }
 
