@@ -588,7 +588,8 @@ int Main() {
   Limits limits;
   if (runs("limits")) limits = MeasureLimits(timing, rows * kRowBytes);
 
-  const SparseWorkload workload = SparseWorkload::Build(rows, ids_per_request, absl::GetFlag(FLAGS_sorted_ids));
+  const SparseWorkload workload =
+      SparseWorkload::Build(rows, ids_per_request, absl::GetFlag(FLAGS_sorted_ids));
   if (runs("breakdown")) MeasureBreakdown(timing, workload, limits);
   if (!runs("sparse_pull") && !runs("sparse_push") && !runs("dense")) return 0;
 
