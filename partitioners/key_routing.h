@@ -25,6 +25,17 @@ inline uint64_t MixKey(int64_t key) { return SplitMix64(static_cast<uint64_t>(ke
 
 inline uint32_t RoutingHash(int64_t key) { return static_cast<uint32_t>(MixKey(key) >> 32); }
 
+// A key in routing order, the order of checkpoints' dynamic records and of the ps's disk tiers:
+// by routing hash, then by the key as unsigned.
+struct RoutedKey {
+  uint32_t route;
+  uint64_t key;
+  bool operator<(const RoutedKey& o) const {
+    return route != o.route ? route < o.route : key < o.key;
+  }
+};
+inline RoutedKey Routed(int64_t key) { return {RoutingHash(key), static_cast<uint64_t>(key)}; }
+
 // num_shards >= 1.
 inline int ShardOfKey(int64_t key, int num_shards) {
   return static_cast<int>((uint64_t{RoutingHash(key)} * static_cast<uint64_t>(num_shards)) >> 32);

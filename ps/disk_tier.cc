@@ -24,6 +24,12 @@ void PutBigEndian32(uint32_t v, char* out) {
   for (int i = 0; i < 4; ++i) out[i] = static_cast<char>(v >> (24 - 8 * i));
 }
 
+void EncodeRoutedKey(uint32_t prefix, const RoutedKey& routed, char* out) {
+  PutBigEndian32(prefix, out);
+  PutBigEndian32(routed.route, out + 4);
+  for (int i = 0; i < 8; ++i) out[8 + i] = static_cast<char>(routed.key >> (56 - 8 * i));
+}
+
 int64_t DecodeKey(const char* p) {
   uint64_t u = 0;
   for (int i = 8; i < 16; ++i) u = (u << 8) | static_cast<unsigned char>(p[i]);
@@ -212,10 +218,7 @@ absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(std::shared_ptr<DiskSto
 }
 
 void DiskTier::EncodeKey(int64_t key, char* out) const {
-  PutBigEndian32(prefix_, out);
-  PutBigEndian32(RoutingHash(key), out + 4);
-  const uint64_t u = static_cast<uint64_t>(key);
-  for (int i = 0; i < 8; ++i) out[8 + i] = static_cast<char>(u >> (56 - 8 * i));
+  EncodeRoutedKey(prefix_, Routed(key), out);
 }
 
 absl::Status DiskTier::FromRocks(absl::string_view what, const void* status) const {
@@ -278,25 +281,24 @@ absl::Status DiskTier::Write(const std::vector<int64_t>& put_keys, const char* p
   // In the tier's key order: each insert into the memtable's skip list then starts from where the
   // last one went (RocksDB keeps that place), not from the list's top (the memtable's inserts were
   // 9% of the click-log job's time with tables 8x the budget, bench/tier_train_bench).
+  // (Each key with its index: a repeated put keeps its order, the last one winning.)
   const auto in_key_order = [](const std::vector<int64_t>& keys) {
-    std::vector<std::pair<std::pair<uint32_t, uint64_t>, uint32_t>> order(keys.size());
-    for (size_t i = 0; i < keys.size(); ++i) {
-      order[i] = {{RoutingHash(keys[i]), static_cast<uint64_t>(keys[i])}, static_cast<uint32_t>(i)};
-    }
+    std::vector<std::pair<RoutedKey, uint32_t>> order(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) order[i] = {Routed(keys[i]), static_cast<uint32_t>(i)};
     std::sort(order.begin(), order.end());
     return order;
   };
   rocksdb::WriteBatch batch;
   char key[kKeyBytes];
-  for (const auto& [sort_key, i] : in_key_order(put_keys)) {
-    EncodeKey(put_keys[i], key);
+  for (const auto& [routed, i] : in_key_order(put_keys)) {
+    EncodeRoutedKey(prefix_, routed, key);
     rocksdb::Status s = batch.Put(
         rocksdb::Slice(key, kKeyBytes),
         rocksdb::Slice(put_values + size_t{i} * value_bytes_, static_cast<size_t>(value_bytes_)));
     if (!s.ok()) return FromRocks("batching rows", &s);
   }
-  for (const auto& [sort_key, i] : in_key_order(delete_keys)) {
-    EncodeKey(delete_keys[i], key);
+  for (const auto& [routed, i] : in_key_order(delete_keys)) {
+    EncodeRoutedKey(prefix_, routed, key);
     rocksdb::Status s = batch.Delete(rocksdb::Slice(key, kKeyBytes));
     if (!s.ok()) return FromRocks("batching deletions", &s);
   }

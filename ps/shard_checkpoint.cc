@@ -113,15 +113,8 @@ std::string DynamicChunkKey(absl::string_view variable, absl::string_view tensor
   return k;
 }
 
-// Dynamic records sort by routing hash, then by key as unsigned (as their chunk keys do).
-struct RoutedKey {
-  uint32_t route;
-  uint64_t key;
-  bool operator<(const RoutedKey& o) const {
-    return route != o.route ? route < o.route : key < o.key;
-  }
-};
-RoutedKey Routed(int64_t key) { return {RoutingHash(key), static_cast<uint64_t>(key)}; }
+// Dynamic records sort in routing order (RoutedKey, partitioners/key_routing.h), as their chunk
+// keys do.
 
 // Writes `count` entries of `entry_bytes` each, entry i filled by fill(i, out), as chunks of about
 // `chunk_bytes` under `tensor`; key_of(i) is entry i's key (for the chunk keys).
