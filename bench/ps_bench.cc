@@ -185,10 +185,12 @@ struct SparseWorkload {
         }
         ids.assign(distinct_ids.begin(), distinct_ids.end());
         std::sort(ids.begin(), ids.end());
+        distinct += ids_per_request;
+      } else {
+        std::vector<int64_t> sorted_ids = ids;
+        std::sort(sorted_ids.begin(), sorted_ids.end());
+        distinct += std::unique(sorted_ids.begin(), sorted_ids.end()) - sorted_ids.begin();
       }
-      std::vector<int64_t> sorted_ids = ids;
-      std::sort(sorted_ids.begin(), sorted_ids.end());
-      distinct += std::unique(sorted_ids.begin(), sorted_ids.end()) - sorted_ids.begin();
 
       LookupOp* l = w.lookups.emplace_back().add_ops();
       l->set_shard("emb");
