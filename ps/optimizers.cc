@@ -1,5 +1,6 @@
 #include "ps/optimizers.h"
 
+#include <atomic>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -14,17 +15,103 @@ absl::Status Check(bool ok, absl::string_view optimizer, absl::string_view what,
       absl::StrCat(optimizer, " optimizer: ", what, ", got ", value));
 }
 
+// The optimizers' row kernels: each loop is written once (Run) and compiled twice, for AVX2 and
+// for any x86-64 (SSE2), and each optimizer picks the one the CPU runs when it is made. Bazel's
+// -c opt targets plain x86-64, where these loops run 4 floats at a time, and Adagrad's and Adam's
+// square roots and divisions make them bound by arithmetic, not memory: on AVX2 a sparse Adagrad
+// apply ran 1.3x faster (docs/benchmarks.md, "The data plane against ps-lite"). Only AVX2, not
+// FMA: a fused multiply-add rounds once where the plain build rounds twice, and both versions must
+// compute the same bits. (Chosen by hand, not by GCC's target_clones: its ifunc resolvers run
+// before ThreadSanitizer's runtime is up, and crash a TSan build.)
+#define PSTRAIN_LOOP static inline __attribute__((always_inline)) void
+
+bool CpuHasAvx2() {
+#if defined(__x86_64__)
+  static const bool has = __builtin_cpu_supports("avx2");
+  return has;
+#else
+  return false;
+#endif
+}
+
+std::atomic<bool> avx2_allowed{true};  // UseAvx2RowKernels
+
+template <typename Loop, typename Signature>
+struct Kernel;
+template <typename Loop, typename... Args>
+struct Kernel<Loop, void (*)(Args...)> {
+  using Fn = void (*)(Args...);
+#if defined(__x86_64__)
+  __attribute__((target("avx2"))) static void Avx2(Args... args) { Loop::Run(args...); }
+#endif
+  static void Base(Args... args) { Loop::Run(args...); }
+  static Fn Pick() {
+#if defined(__x86_64__)
+    if (CpuHasAvx2() && avx2_allowed.load(std::memory_order_relaxed)) return &Avx2;
+#endif
+    return &Base;
+  }
+};
+// The kernel of `Loop` for this CPU.
+template <typename Loop>
+auto PickKernel() {
+  return Kernel<Loop, decltype(&Loop::Run)>::Pick();
+}
+
+// var -= lr * g
+struct SgdLoop {
+  PSTRAIN_LOOP Run(float* __restrict var, const UnalignedFloat* __restrict g, int64_t width,
+                   float lr) {
+    for (int64_t i = 0; i < width; ++i) var[i] -= lr * g[i];
+  }
+};
+
+struct MomentumLoop {
+  PSTRAIN_LOOP Run(float* __restrict var, float* __restrict accum,
+                   const UnalignedFloat* __restrict g, int64_t width, float lr, float momentum,
+                   bool nesterov) {
+    for (int64_t i = 0; i < width; ++i) {
+      accum[i] = accum[i] * momentum + g[i];
+      var[i] -= nesterov ? lr * g[i] + lr * momentum * accum[i] : lr * accum[i];
+    }
+  }
+};
+
+struct AdagradLoop {
+  PSTRAIN_LOOP Run(float* __restrict var, float* __restrict accum,
+                   const UnalignedFloat* __restrict g, int64_t width, float lr, float eps) {
+    for (int64_t i = 0; i < width; ++i) {
+      accum[i] += g[i] * g[i];
+      var[i] -= lr * g[i] / (std::sqrt(accum[i]) + eps);
+    }
+  }
+};
+
+struct AdamLoop {
+  PSTRAIN_LOOP Run(float* __restrict var, float* __restrict m, float* __restrict v,
+                   const UnalignedFloat* __restrict g, int64_t width, float lr, float b1, float b2,
+                   float eps) {
+    for (int64_t i = 0; i < width; ++i) {
+      m[i] = b1 * m[i] + (1 - b1) * g[i];
+      v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+      var[i] -= lr * m[i] / (std::sqrt(v[i]) + eps);
+    }
+  }
+};
+
 // var -= lr * g
 class Sgd final : public Optimizer {
  public:
-  explicit Sgd(OptimizerDef def) : Optimizer(std::move(def)) {}
+  explicit Sgd(OptimizerDef def) : Optimizer(std::move(def)), row_(PickKernel<SgdLoop>()) {}
   std::vector<std::string> slot_names() const override { return {}; }
   float slot_initial_value(int) const override { return 0; }
   void ApplyRow(float* __restrict var, float* const*, const UnalignedFloat* __restrict g,
                 int64_t width, const StepScalars& s) const override {
-    const float lr = s.lr;
-    for (int64_t i = 0; i < width; ++i) var[i] -= lr * g[i];
+    row_(var, g, width, s.lr);
   }
+
+ private:
+  const decltype(PickKernel<SgdLoop>()) row_;
 };
 
 // TF ApplyMomentum: accum = accum * momentum + g;
@@ -33,42 +120,38 @@ class Sgd final : public Optimizer {
 class Momentum final : public Optimizer {
  public:
   explicit Momentum(OptimizerDef def)
-      : Optimizer(std::move(def)), momentum_(def_.momentum()), nesterov_(def_.nesterov()) {}
+      : Optimizer(std::move(def)),
+        momentum_(def_.momentum()),
+        nesterov_(def_.nesterov()),
+        row_(PickKernel<MomentumLoop>()) {}
   std::vector<std::string> slot_names() const override { return {"momentum"}; }
   float slot_initial_value(int) const override { return 0; }
   void ApplyRow(float* __restrict var, float* const* slots, const UnalignedFloat* __restrict g,
                 int64_t width, const StepScalars& s) const override {
-    float* __restrict accum = slots[0];
-    const float lr = s.lr;
-    for (int64_t i = 0; i < width; ++i) {
-      accum[i] = accum[i] * momentum_ + g[i];
-      var[i] -= nesterov_ ? lr * g[i] + lr * momentum_ * accum[i] : lr * accum[i];
-    }
+    row_(var, slots[0], g, width, s.lr, momentum_, nesterov_);
   }
 
  private:
   const float momentum_;
   const bool nesterov_;
+  const decltype(PickKernel<MomentumLoop>()) row_;
 };
 
 // TF ApplyAdagradV2: accum += g^2; var -= lr * g / (sqrt(accum) + epsilon)
 class Adagrad final : public Optimizer {
  public:
-  explicit Adagrad(OptimizerDef def) : Optimizer(std::move(def)), eps_(def_.epsilon()) {}
+  explicit Adagrad(OptimizerDef def)
+      : Optimizer(std::move(def)), eps_(def_.epsilon()), row_(PickKernel<AdagradLoop>()) {}
   std::vector<std::string> slot_names() const override { return {"accumulator"}; }
   float slot_initial_value(int) const override { return def_.initial_accumulator_value(); }
   void ApplyRow(float* __restrict var, float* const* slots, const UnalignedFloat* __restrict g,
                 int64_t width, const StepScalars& s) const override {
-    float* __restrict accum = slots[0];
-    const float lr = s.lr;
-    for (int64_t i = 0; i < width; ++i) {
-      accum[i] += g[i] * g[i];
-      var[i] -= lr * g[i] / (std::sqrt(accum[i]) + eps_);
-    }
+    row_(var, slots[0], g, width, s.lr, eps_);
   }
 
  private:
   const float eps_;
+  const decltype(PickKernel<AdagradLoop>()) row_;
 };
 
 // TF ApplyAdam: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
@@ -81,7 +164,8 @@ class Adam final : public Optimizer {
       : Optimizer(std::move(def)),
         b1_(def_.beta_1()),
         b2_(def_.beta_2()),
-        eps_(def_.epsilon()) {}
+        eps_(def_.epsilon()),
+        row_(PickKernel<AdamLoop>()) {}
   std::vector<std::string> slot_names() const override { return {"m", "v"}; }
   float slot_initial_value(int) const override { return 0; }
   StepScalars Prepare(int64_t t, int64_t step) const override {
@@ -93,17 +177,12 @@ class Adam final : public Optimizer {
   }
   void ApplyRow(float* __restrict var, float* const* slots, const UnalignedFloat* __restrict g,
                 int64_t width, const StepScalars& s) const override {
-    float* __restrict m = slots[0];
-    float* __restrict v = slots[1];
-    for (int64_t i = 0; i < width; ++i) {
-      m[i] = b1_ * m[i] + (1 - b1_) * g[i];
-      v[i] = b2_ * v[i] + (1 - b2_) * g[i] * g[i];
-      var[i] -= s.lr * m[i] / (std::sqrt(v[i]) + eps_);
-    }
+    row_(var, slots[0], slots[1], g, width, s.lr, b1_, b2_, eps_);
   }
 
  private:
   const float b1_, b2_, eps_;
+  const decltype(PickKernel<AdamLoop>()) row_;
 };
 
 // TF ApplyFtrlV2 (Keras folds `beta` into l2: l2 + beta / (2 lr)):
@@ -153,6 +232,11 @@ class Ftrl final : public Optimizer {
 };
 
 }  // namespace
+
+bool UseAvx2RowKernels(bool allowed) {
+  avx2_allowed.store(allowed, std::memory_order_relaxed);
+  return CpuHasAvx2();
+}
 
 StepScalars Optimizer::Prepare(int64_t /*t*/, int64_t step) const {
   StepScalars s;

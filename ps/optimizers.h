@@ -63,6 +63,12 @@ class Optimizer {
   OptimizerDef def_;
 };
 
+// The optimizers' row loops come in two builds, AVX2 and plain x86-64 (SSE2), that compute the
+// same bits; an optimizer takes the one this CPU runs when it is created. For tests: false makes
+// the optimizers created after it take the plain build whatever the CPU (true, the default,
+// restores the choice). Returns whether this CPU runs the AVX2 build.
+bool UseAvx2RowKernels(bool allowed);
+
 }  // namespace pstrain
 
 #endif  // PSTRAIN_PS_OPTIMIZERS_H_

@@ -1,7 +1,9 @@
 #include "ps/optimizers.h"
 
 #include <cmath>
+#include <cstring>
 #include <functional>
+#include <random>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -101,6 +103,58 @@ TEST(OptimizerTest, Ftrl_WithAndWithoutL1_HandComputed) {
   def.set_l1_regularization_strength(0);
   def.set_l2_regularization_strength(0.5);
   EXPECT_NEAR(ApplySteps(*Make(def), 1.0f, {0.5f}, &slots), -linear / (quadratic + 1.0), 1e-5);
+}
+
+// The AVX2 and plain x86-64 builds of the row loops compute the same bits (no fused multiply-add),
+// for rows of every width (tails included) and gradients of every size.
+TEST(OptimizerTest, Avx2AndPlainRowKernels_SameBits) {
+  std::vector<OptimizerDef> defs(5);
+  defs[0].set_kind(OptimizerDef::SGD);
+  defs[1].set_kind(OptimizerDef::MOMENTUM);
+  defs[2].set_kind(OptimizerDef::MOMENTUM);
+  defs[2].set_nesterov(true);
+  defs[3].set_kind(OptimizerDef::ADAGRAD);
+  defs[4].set_kind(OptimizerDef::ADAM);
+  for (OptimizerDef& def : defs) def.set_learning_rate(0.037);
+  UseAvx2RowKernels(false);
+  std::vector<std::unique_ptr<Optimizer>> plain;
+  for (const OptimizerDef& def : defs) plain.push_back(Make(def));
+  if (!UseAvx2RowKernels(true)) GTEST_SKIP() << "this CPU has no AVX2: one build only";
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  for (size_t k = 0; k < defs.size(); ++k) {
+    const std::unique_ptr<Optimizer> wide = Make(defs[k]);
+    for (int64_t width : {1, 3, 8, 16, 37, 64}) {
+      // The same rows and slots on both sides, then 5 steps of the same gradients.
+      std::vector<float> var(width), slots(4 * width);
+      for (float& v : var) v = normal(rng);
+      for (int s = 0; s < wide->num_slots(); ++s) {
+        for (int64_t i = 0; i < width; ++i) {
+          slots[s * width + i] = s == 0 && defs[k].kind() == OptimizerDef::ADAGRAD
+                                     ? 0.1f + std::fabs(normal(rng))
+                                     : std::fabs(normal(rng));
+        }
+      }
+      std::vector<float> var2 = var, slots2 = slots;
+      float* rows[4];
+      float* rows2[4];
+      for (int s = 0; s < 4; ++s) {
+        rows[s] = slots.data() + s * width;
+        rows2[s] = slots2.data() + s * width;
+      }
+      for (int t = 1; t <= 5; ++t) {
+        std::vector<float> g(width);
+        for (float& x : g) x = normal(rng) * (t == 3 ? 1e4f : 1.0f);
+        const StepScalars scalars = wide->Prepare(t, t - 1);
+        plain[k]->ApplyRow(var.data(), rows, g.data(), width, scalars);
+        wide->ApplyRow(var2.data(), rows2, g.data(), width, scalars);
+      }
+      EXPECT_EQ(std::memcmp(var.data(), var2.data(), 4 * width), 0)
+          << OptimizerDef::Kind_Name(defs[k].kind()) << " width " << width;
+      EXPECT_EQ(std::memcmp(slots.data(), slots2.data(), 4 * slots.size()), 0)
+          << OptimizerDef::Kind_Name(defs[k].kind()) << " width " << width;
+    }
+  }
 }
 
 TEST(OptimizerTest, Create_BadHyperparameters_NamedInError) {

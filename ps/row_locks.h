@@ -13,6 +13,8 @@
 #include <memory>
 #include <thread>
 
+#include "absl/synchronization/mutex.h"
+
 namespace pstrain {
 
 // Thread-safe.
@@ -72,13 +74,24 @@ class RowLockGuard {
 // design").
 //
 // A batch is a reader (it only reads rows) or a writer. A writer whose pieces run at once must give
-// them distinct rows (a sparse apply sums repeated ids first). At most one batch bypasses at a
-// time: a writer only while no other operation runs on the shard, a reader only while no writer
-// does. Every other operation takes row locks as before and registers as a locked reader or
-// writer; one that conflicts with the bypassing batch waits until each of the batch's pieces has
-// seen it (pieces look every kCheckBytes bytes of rows, a few microseconds) and switched to locks
-// for the rest of its rows. So the bypass holds nobody up for longer than that, and no row is ever
-// read or written by two operations at once without its lock.
+// them distinct rows (a sparse apply sums repeated ids first). A writer bypasses only while no
+// other operation runs on the shard; readers bypass together, while no writer does (several
+// lookups in flight all skip the locks). Every other operation takes row locks and registers as a
+// locked reader or writer; one that conflicts with the bypassing batches waits until each of the
+// batches' pieces has seen it (pieces look every kCheckBytes bytes of rows, a few microseconds) and
+// switched to locks for the rest of its rows. So the bypass holds a reader up for no longer than
+// that, and no row is ever read or written by two operations at once without its lock.
+//
+// Except between writers: a writer batch that finds another writer batch bypassing, and nothing
+// registered, waits for that batch to end and then bypasses in its turn. Two writers turned to row
+// locks would both run slower than the two one after the other: a row lock is an atomic exchange,
+// a full fence that waits for the row writes before it, and with several pushes in flight the
+// locks cost a ps a fifth of its sparse applies (docs/benchmarks.md, "The data plane against
+// ps-lite"). Each writer batch already runs its pieces on every core it can have, so waiting
+// costs the shard's throughput nothing; it costs the waiting push the running one's time (a
+// request's worth of rows: a dense push of many megabytes makes the others wait while it runs).
+// A reader that registers meanwhile still turns the running writer to locks, and the waiting
+// writer then takes locks too.
 //
 // Thread-safe. Usage, for a batch cut into pieces that may run on several threads:
 //   RowLockBypass::Batch batch(&bypass, writer);
@@ -158,7 +171,7 @@ class RowLockBypass {
   class Batch {
    public:
     Batch(RowLockBypass* owner, bool writer)
-        : owner_(owner), writer_(writer), bypassing_(owner->TryBypass(writer)) {
+        : owner_(owner), writer_(writer), bypassing_(owner->BeginBatch(writer)) {
       if (!bypassing_) owner_->EnterLocked(writer_);
     }
     ~Batch() {
@@ -186,9 +199,7 @@ class RowLockBypass {
       if (!hold_dropped_.exchange(true, std::memory_order_relaxed)) PieceDone();
     }
     void PieceDone() {
-      if (holders_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-        owner_->bypass_.store(kNone, std::memory_order_release);
-      }
+      if (holders_.fetch_sub(1, std::memory_order_acq_rel) == 1) owner_->EndBypass(writer_);
     }
 
     RowLockBypass* const owner_;
@@ -215,22 +226,69 @@ class RowLockBypass {
   };
 
  private:
-  enum : int { kNone = 0, kReader = 1, kWriter = 2 };
+  // bypass_: kNone, kWriter (one writer batch bypasses) or the number of reader batches that do.
+  static constexpr int64_t kNone = 0;
+  static constexpr int64_t kWriter = -1;
 
   std::atomic<int64_t>& Count(bool writer) { return writer ? locked_writers_ : locked_readers_; }
+
+  // Whether a new batch bypasses: as TryBypass, except that a writer waits behind a bypassing
+  // writer (see the class comment) and then tries again.
+  bool BeginBatch(bool writer) {
+    for (;;) {
+      if (TryBypass(writer)) return true;
+      if (!writer || !WaitWhileAWriterBypasses()) return false;
+    }
+  }
+
+  // Waits while a writer batch bypasses and no locked operation is registered. Returns whether
+  // a bypass may now be had: none is held and nothing is registered.
+  bool WaitWhileAWriterBypasses() {
+    waiting_writers_.fetch_add(1, std::memory_order_seq_cst);
+    bool free;
+    {
+      absl::MutexLock lock(&wait_mu_);
+      // (seq_cst: pairs with EndBypass's store, then load, so a waiter either sees the bypass
+      // ended or is woken.)
+      while (bypass_.load(std::memory_order_seq_cst) == kWriter && !Conflicts(/*writer=*/true)) {
+        bypass_ended_.Wait(&wait_mu_);
+      }
+      free = bypass_.load(std::memory_order_seq_cst) == kNone && !Conflicts(/*writer=*/true);
+    }
+    waiting_writers_.fetch_sub(1, std::memory_order_relaxed);
+    return free;
+  }
+
+  void EndBypass(bool writer) {
+    if (writer) {
+      bypass_.store(kNone, std::memory_order_seq_cst);
+    } else if (bypass_.fetch_sub(1, std::memory_order_seq_cst) != 1) {
+      return;  // other readers still bypass
+    }
+    if (waiting_writers_.load(std::memory_order_seq_cst) == 0) return;
+    absl::MutexLock lock(&wait_mu_);
+    bypass_ended_.SignalAll();
+  }
 
   bool TryBypass(bool writer) {
     // Cheap early outs first: most of the time under contention someone is registered.
     if (locked_writers_.load(std::memory_order_relaxed) != 0) return false;
     if (writer && locked_readers_.load(std::memory_order_relaxed) != 0) return false;
-    int expected = kNone;
-    if (!bypass_.compare_exchange_strong(expected, writer ? kWriter : kReader,
-                                         std::memory_order_seq_cst)) {
-      return false;
+    if (writer) {
+      int64_t expected = kNone;
+      if (!bypass_.compare_exchange_strong(expected, kWriter, std::memory_order_seq_cst)) {
+        return false;
+      }
+    } else {
+      // Readers bypass together: one more joins unless a writer bypasses.
+      int64_t n = bypass_.load(std::memory_order_relaxed);
+      do {
+        if (n == kWriter) return false;
+      } while (!bypass_.compare_exchange_weak(n, n + 1, std::memory_order_seq_cst));
     }
     // (seq_cst: pairs with EnterLocked's increment, then load, so one of the two sees the other.)
     if (Conflicts(writer, std::memory_order_seq_cst)) {
-      bypass_.store(kNone, std::memory_order_release);
+      EndBypass(writer);
       return false;
     }
     return true;
@@ -248,17 +306,21 @@ class RowLockBypass {
     Register(writer);
     // Wait while a conflicting batch bypasses (a reader lets other readers through).
     for (int spins = 0;; ++spins) {
-      const int b = bypass_.load(std::memory_order_seq_cst);
-      if (b == kNone || (b == kReader && !writer)) return;
+      const int64_t b = bypass_.load(std::memory_order_seq_cst);
+      if (b == kNone || (b != kWriter && !writer)) return;
       if (spins > 16) std::this_thread::yield();
     }
   }
 
   void Leave(bool writer) { Count(writer).fetch_sub(1, std::memory_order_release); }
 
-  std::atomic<int> bypass_{kNone};
+  std::atomic<int64_t> bypass_{kNone};
   std::atomic<int64_t> locked_readers_{0};
   std::atomic<int64_t> locked_writers_{0};
+  // Writer batches waiting for a bypassing writer to end (WaitWhileAWriterBypasses).
+  std::atomic<int64_t> waiting_writers_{0};
+  absl::Mutex wait_mu_;
+  absl::CondVar bypass_ended_;
 };
 
 }  // namespace pstrain

@@ -159,18 +159,19 @@ TEST(RowLockBypassTest, LongBatch_ConflictingOperationGetsInWhileItRuns) {
   EXPECT_FALSE(late.Bypassing(64));
 }
 
-TEST(RowLockBypassTest, ReadersShareTheBypass_AWriterDoesNot) {
+TEST(RowLockBypassTest, ReadersShareTheBypass) {
   RowLockBypass bypass;
   {
     RowLockBypass::Batch reading(&bypass, /*writer=*/false);
     RowLockBypass::Piece piece(&reading);
     EXPECT_TRUE(piece.Bypassing(64));
-    // A second reader takes locks but is not held up, and does not stop the first.
+    // A second reader bypasses too, and does not stop the first.
     RowLockBypass::Batch second(&bypass, /*writer=*/false);
     RowLockBypass::Piece second_piece(&second);
-    EXPECT_FALSE(second_piece.Bypassing(64));
+    EXPECT_TRUE(second_piece.Bypassing(64));
     for (int64_t i = 0; i < 2 * RowLockBypass::kCheckBytes / 64; ++i) {
       EXPECT_TRUE(piece.Bypassing(64));
+      EXPECT_TRUE(second_piece.Bypassing(64));
     }
   }
   {
@@ -182,6 +183,98 @@ TEST(RowLockBypassTest, ReadersShareTheBypass_AWriterDoesNot) {
   RowLockBypass::Batch after(&bypass, /*writer=*/true);
   RowLockBypass::Piece piece(&after);
   EXPECT_TRUE(piece.Bypassing(64));
+}
+
+
+// A writer that comes while readers bypass registers; every reader switches to the locks within
+// kCheckBytes and the writer gets in while they still run.
+TEST(RowLockBypassTest, WriterStopsEveryBypassingReader) {
+  RowLockBypass bypass;
+  RowLockBypass::Batch first(&bypass, /*writer=*/false);
+  RowLockBypass::Piece first_piece(&first);
+  RowLockBypass::Batch second(&bypass, /*writer=*/false);
+  RowLockBypass::Piece second_piece(&second);
+  ASSERT_TRUE(first_piece.Bypassing(64));
+  ASSERT_TRUE(second_piece.Bypassing(64));
+  std::atomic<bool> writer_in{false};
+  std::thread writer([&] {
+    RowLockBypass::Batch batch(&bypass, /*writer=*/true);
+    RowLockBypass::Piece piece(&batch);
+    EXPECT_FALSE(piece.Bypassing(64));  // readers are still running: it takes locks
+    writer_in = true;
+  });
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (int64_t i = 1; first_piece.Bypassing(64) || second_piece.Bypassing(64); ++i) {
+    if (i % (1 << 20) == 0 && std::chrono::steady_clock::now() > give_up) break;
+  }
+  EXPECT_FALSE(first_piece.Bypassing(64));
+  EXPECT_FALSE(second_piece.Bypassing(64));
+  writer.join();  // in while both readers' batches are still open
+  EXPECT_TRUE(writer_in.load());
+}
+
+// A writer that finds another writer bypassing (and nothing registered) waits for that batch to
+// end instead of turning it to the locks, then bypasses in its turn.
+TEST(RowLockBypassTest, WriterWaitsForABypassingWriter_ThenBypasses) {
+  RowLockBypass bypass;
+  std::atomic<bool> started{false};
+  std::atomic<bool> second_bypassed{false};
+  std::thread second;
+  {
+    RowLockBypass::Batch batch(&bypass, /*writer=*/true);
+    RowLockBypass::Piece piece(&batch);
+    ASSERT_TRUE(piece.Bypassing(64));
+    second = std::thread([&] {
+      RowLockBypass::Batch waiting(&bypass, /*writer=*/true);
+      started = true;
+      RowLockBypass::Piece waiting_piece(&waiting);
+      second_bypassed = waiting_piece.Bypassing(64);
+    });
+    // However long the first batch runs, the second neither starts nor stops it.
+    for (int round = 0; round < 20; ++round) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      for (int64_t i = 0; i < 2 * RowLockBypass::kCheckBytes / 64; ++i) {
+        ASSERT_TRUE(piece.Bypassing(64));
+      }
+      EXPECT_FALSE(started.load());
+    }
+  }
+  second.join();
+  EXPECT_TRUE(started.load());
+  EXPECT_TRUE(second_bypassed.load());
+}
+
+// A reader that registers while a writer waits behind a bypassing one: the running writer
+// switches to the locks, and the waiting one, once in, takes locks too.
+TEST(RowLockBypassTest, ReaderComesWhileAWriterWaits_BothWritersTakeLocks) {
+  RowLockBypass bypass;
+  std::atomic<bool> second_done{false};
+  std::atomic<bool> second_bypassed{true};
+  RowLockBypass::Batch batch(&bypass, /*writer=*/true);
+  RowLockBypass::Piece piece(&batch);
+  ASSERT_TRUE(piece.Bypassing(64));
+  std::thread second([&] {
+    RowLockBypass::Batch waiting(&bypass, /*writer=*/true);
+    RowLockBypass::Piece waiting_piece(&waiting);
+    second_bypassed = waiting_piece.Bypassing(64);
+    second_done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // lets the second writer wait
+  std::atomic<bool> reader_leave{false};
+  std::thread reader([&] {
+    RowLockBypass::Locked registered(&bypass, /*writer=*/false);
+    while (!reader_leave.load()) std::this_thread::yield();
+  });
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (int64_t i = 1; piece.Bypassing(64); ++i) {
+    if (i % (1 << 20) == 0 && std::chrono::steady_clock::now() > give_up) break;
+  }
+  EXPECT_FALSE(piece.Bypassing(64));
+  second.join();  // got in while the first batch and the reader are still open
+  EXPECT_TRUE(second_done.load());
+  EXPECT_FALSE(second_bypassed.load());
+  reader_leave = true;
+  reader.join();
 }
 
 }  // namespace
