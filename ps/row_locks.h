@@ -82,16 +82,18 @@ class RowLockGuard {
 // switched to locks for the rest of its rows. So the bypass holds a reader up for no longer than
 // that, and no row is ever read or written by two operations at once without its lock.
 //
-// Except between writers: a writer batch that finds another writer batch bypassing, and nothing
-// registered, waits for that batch to end and then bypasses in its turn. Two writers turned to row
-// locks would both run slower than the two one after the other: a row lock is an atomic exchange,
-// a full fence that waits for the row writes before it, and with several pushes in flight the
-// locks cost a ps a fifth of its sparse applies (docs/benchmarks.md, "The data plane against
-// ps-lite"). Each writer batch already runs its pieces on every core it can have, so waiting
-// costs the shard's throughput nothing; it costs the waiting push the running one's time (a
-// request's worth of rows: a dense push of many megabytes makes the others wait while it runs).
-// A reader that registers meanwhile still turns the running writer to locks, and the waiting
-// writer then takes locks too.
+// Except between writers that wait their turn (Batch's `wait_turn`: a shard's sparse updates): one
+// that finds another writer batch bypassing, and nothing registered, waits for that batch to end
+// and then bypasses in turn. Sparse rows take one lock each, an atomic exchange: a full fence that
+// waits for the row writes before it. With 4 pushes in flight on the 2-core VM, two sparse applies
+// turned to row locks ran at ~0.85x the speed of the same applies one after the other
+// (docs/benchmarks.md, "The data plane against ps-lite"). So a shard applies one sparse batch at a
+// time, as ps-lite's server applies every push on one thread: one core applies some 20-30M
+// 64-byte Adagrad rows a second, about what a 10 GbE link carries. The waiting push loses the
+// running one's time, never more than a request's rows. Dense ranges don't wait: they take one
+// lock per block of rows (kMinBlockBytes or more), which costs little, and two of them run at
+// once. A reader that registers meanwhile still turns the running writer to locks, and the
+// waiting writer then takes locks too.
 //
 // Thread-safe. Usage, for a batch cut into pieces that may run on several threads:
 //   RowLockBypass::Batch batch(&bypass, writer);
@@ -170,8 +172,10 @@ class RowLockBypass {
 
   class Batch {
    public:
-    Batch(RowLockBypass* owner, bool writer)
-        : owner_(owner), writer_(writer), bypassing_(owner->BeginBatch(writer)) {
+    // `wait_turn` (writers only): a writer that finds another writer bypassing waits for it to end
+    // and then bypasses, instead of turning both to row locks (see the class comment).
+    Batch(RowLockBypass* owner, bool writer, bool wait_turn = false)
+        : owner_(owner), writer_(writer), bypassing_(owner->BeginBatch(writer, wait_turn)) {
       if (!bypassing_) owner_->EnterLocked(writer_);
     }
     ~Batch() {
@@ -232,12 +236,12 @@ class RowLockBypass {
 
   std::atomic<int64_t>& Count(bool writer) { return writer ? locked_writers_ : locked_readers_; }
 
-  // Whether a new batch bypasses: as TryBypass, except that a writer waits behind a bypassing
-  // writer (see the class comment) and then tries again.
-  bool BeginBatch(bool writer) {
+  // Whether a new batch bypasses: as TryBypass, except that a writer that waits its turn waits
+  // behind a bypassing writer (see the class comment) and then tries again.
+  bool BeginBatch(bool writer, bool wait_turn) {
     for (;;) {
       if (TryBypass(writer)) return true;
-      if (!writer || !WaitWhileAWriterBypasses()) return false;
+      if (!writer || !wait_turn || !WaitWhileAWriterBypasses()) return false;
     }
   }
 

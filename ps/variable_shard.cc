@@ -86,7 +86,7 @@ template <typename Fn>
 void VariableShard::ForEachRowLocked(absl::string_view ids, bool write, bool with_slots,
                                      ThreadPool* pool, Fn fn) const {
   const int64_t n = ids.size() / 8;
-  RowLockBypass::Batch batch(&bypass_, write);
+  RowLockBypass::Batch batch(&bypass_, write, /*wait_turn=*/write);
   ParallelRanges(pool, n, Pieces(pool, n), [&](int64_t begin, int64_t end) {
     RowLockBypass::Piece piece(&batch);
     ForEachRow(ids, begin, end, with_slots, [&](int64_t i, int64_t row) {
