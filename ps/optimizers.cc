@@ -18,11 +18,12 @@ absl::Status Check(bool ok, absl::string_view optimizer, absl::string_view what,
 // The optimizers' row kernels: each loop is written once (Run) and compiled twice, for AVX2 and
 // for any x86-64 (SSE2), and each optimizer picks the one the CPU runs when it is made. Bazel's
 // -c opt targets plain x86-64, where these loops run 4 floats at a time, and Adagrad's and Adam's
-// square roots and divisions make them bound by arithmetic, not memory: on AVX2 a sparse Adagrad
-// apply ran 1.3x faster (docs/benchmarks.md, "The data plane against ps-lite"). Only AVX2, not
-// FMA: a fused multiply-add rounds once where the plain build rounds twice, and both versions must
-// compute the same bits. (Chosen by hand, not by GCC's target_clones: its ifunc resolvers run
-// before ThreadSanitizer's runtime is up, and crash a TSan build.)
+// square roots and divisions make them bound by arithmetic, not memory: on AVX2 a stand-alone
+// Adagrad loop over random rows ran 1.3x faster, sparse Adagrad pushes through ps_bench 1.03-1.2x
+// (docs/benchmarks.md, "The data plane against ps-lite"). Only AVX2, not FMA: a fused
+// multiply-add rounds once where the plain build rounds twice, and both versions must compute the
+// same bits. (Chosen by hand, not by GCC's target_clones: its ifunc resolvers run before
+// ThreadSanitizer's runtime is up, and crash a TSan build.)
 #define PSTRAIN_LOOP static inline __attribute__((always_inline)) void
 
 bool CpuHasAvx2() {

@@ -89,8 +89,9 @@ class RowLockGuard {
 // turned to row locks ran at ~0.85x the speed of the same applies one after the other
 // (docs/benchmarks.md, "The data plane against ps-lite"). So a shard applies one sparse batch at a
 // time, as ps-lite's server applies every push on one thread: one core applies some 20-30M
-// 64-byte Adagrad rows a second, about what a 10 GbE link carries. The waiting push loses the
-// running one's time, never more than a request's rows. Dense ranges don't wait: they take one
+// 64-byte Adagrad rows a second, about what a 10 GbE link carries. A waiting push loses the time
+// of the sparse batches ahead of it (no order among the waiters: each that wakes tries again).
+// Dense ranges don't wait: they take one
 // lock per block of rows (kMinBlockBytes or more), which costs little, and two of them run at
 // once. A reader that registers meanwhile still turns the running writer to locks, and the
 // waiting writer then takes locks too.
