@@ -483,12 +483,12 @@ void VariableShard::Update(const UpdateOpView& op, ThreadPool* pool, int64_t ste
   if (op.kind == UpdateOp::APPLY_GRADIENT) {
     scalars = NextScalars(step, /*dense=*/true, op.read_version);
   }
-  // Pieces of the range may run at once. A range that runs alone on the shard skips the row locks
-  // (RowLockBypass: its pieces write distinct rows) and is applied in spans of kCheckBytes, each
-  // one call of the optimizer; otherwise one lock per block of rows (the blocks' locks keep a
-  // block that two pieces share whole). A 1M-float SGD push, 16,384 blocks of 64 floats, took a
-  // locked exchange per block before.
-  RowLockBypass::Batch batch(&bypass_, /*writer=*/true);
+  // Pieces of the range may run at once. A range that runs alone on the shard (it waits its turn
+  // behind another writer: RowLockBypass) skips the row locks (its pieces write distinct rows) and
+  // is applied in spans of kCheckBytes, each one call of the optimizer; otherwise (a reader came)
+  // one lock per block of rows (the blocks' locks keep a block that two pieces share whole). A
+  // 1M-float SGD push, 16,384 blocks of 64 floats, took a locked exchange per block before.
+  RowLockBypass::Batch batch(&bypass_, /*writer=*/true, /*wait_turn=*/true);
   const int64_t block = locks_->rows_per_block();
   const int64_t span_rows =
       std::max<int64_t>(block, RowLockBypass::kCheckBytes / row_bytes_ / block * block);
