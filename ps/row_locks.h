@@ -84,13 +84,13 @@ class RowLockGuard {
 //
 // Except between writers that wait their turn (Batch's `wait_turn`: a shard's updates, sparse and
 // dense): one that finds another writer batch bypassing, and nothing registered, waits for that
-// batch to end and then bypasses in turn. Sparse rows take one lock each, an atomic exchange: a full fence that
-// waits for the row writes before it. With 4 pushes in flight on the 2-core VM, two sparse applies
-// turned to row locks ran at ~0.85x the speed of the same applies one after the other
-// (docs/benchmarks.md, "The data plane against ps-lite"). So a shard applies one sparse batch at a
-// time, as ps-lite's server applies every push on one thread: one core applies some 20-30M
-// 64-byte Adagrad rows a second, about what a 10 GbE link carries. A waiting push loses the time
-// of the batches ahead of it (no order among the waiters: each that wakes tries again). Dense
+// batch to end and then bypasses in turn. Sparse rows take one lock each, an atomic exchange: a
+// full fence that waits for the row writes before it. With 4 pushes in flight on the 2-core VM,
+// two sparse applies turned to row locks ran at ~0.85x the speed of the same applies one after the
+// other (docs/benchmarks.md, "The data plane against ps-lite"). So a shard applies one update
+// batch at a time, as ps-lite's server applies every push on one thread: one core applies some
+// 20-30M 64-byte Adagrad rows a second, about what a 10 GbE link carries. A waiting push loses the
+// time of the batches ahead of it (no order among the waiters: each that wakes tries again). Dense
 // ranges wait too: two of them on one shard in lock mode swept the same rows in the same order, a
 // lock per block of rows and an optimizer call per block, and with 4 dense pushes in flight on the
 // 2-core VM they ran ~3% slower than the same pushes one after the other (each still split over
