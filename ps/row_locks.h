@@ -82,20 +82,20 @@ class RowLockGuard {
 // switched to locks for the rest of its rows. So the bypass holds a reader up for no longer than
 // that, and no row is ever read or written by two operations at once without its lock.
 //
-// Except between writers that wait their turn (Batch's `wait_turn`: a shard's updates, sparse and
-// dense): one that finds another writer batch bypassing, and nothing registered, waits for that
-// batch to end and then bypasses in turn. Sparse rows take one lock each, an atomic exchange: a
-// full fence that waits for the row writes before it. With 4 pushes in flight on the 2-core VM,
-// two sparse applies turned to row locks ran at ~0.85x the speed of the same applies one after the
-// other (docs/benchmarks.md, "The data plane against ps-lite"). So a shard applies one update
-// batch at a time, as ps-lite's server applies every push on one thread: one core applies some
-// 20-30M 64-byte Adagrad rows a second, about what a 10 GbE link carries. A waiting push loses the
-// time of the batches ahead of it (no order among the waiters: each that wakes tries again). Dense
-// ranges wait too: two of them on one shard in lock mode swept the same rows in the same order, a
-// lock per block of rows and an optimizer call per block, and with 4 dense pushes in flight on the
-// 2-core VM they ran ~3% slower than the same pushes one after the other (each still split over
-// the ps's pool). A reader that registers meanwhile still turns the running writer to locks, and
-// the waiting writer then takes locks too.
+// Except between writers, which take turns (a shard's updates, sparse and dense): a writer batch
+// that finds another writer batch bypassing, and nothing registered, waits for that batch to end
+// and then bypasses in turn. Sparse rows take one lock each, an atomic exchange: a full fence that
+// waits for the row writes before it. With 4 pushes in flight on the 2-core VM, two sparse applies
+// turned to row locks ran at ~0.85x the speed of the same applies one after the other
+// (docs/benchmarks.md, "The data plane against ps-lite"). So a shard applies one update batch at a
+// time, as ps-lite's server applies every push on one thread: one core applies some 20-30M 64-byte
+// Adagrad rows a second, about what a 10 GbE link carries. A waiting push loses the time of the
+// batches ahead of it (no order among the waiters: each that wakes tries again). Dense ranges wait
+// too: two of them on one shard in lock mode swept the same rows in the same order, a lock per
+// block of rows and an optimizer call per block, and with 4 dense pushes in flight on the 2-core
+// VM they ran ~3% slower than the same pushes one after the other (each still split over the ps's
+// pool). A reader that registers meanwhile still turns the running writer to locks, and the
+// waiting writer then takes locks too.
 //
 // Thread-safe. Usage, for a batch cut into pieces that may run on several threads:
 //   RowLockBypass::Batch batch(&bypass, writer);
@@ -174,10 +174,10 @@ class RowLockBypass {
 
   class Batch {
    public:
-    // `wait_turn` (writers only): a writer that finds another writer bypassing waits for it to end
-    // and then bypasses, instead of turning both to row locks (see the class comment).
-    Batch(RowLockBypass* owner, bool writer, bool wait_turn = false)
-        : owner_(owner), writer_(writer), bypassing_(owner->BeginBatch(writer, wait_turn)) {
+    // A writer that finds another writer bypassing waits for it to end and then bypasses, instead
+    // of turning both to row locks (see the class comment).
+    Batch(RowLockBypass* owner, bool writer)
+        : owner_(owner), writer_(writer), bypassing_(owner->BeginBatch(writer)) {
       if (!bypassing_) owner_->EnterLocked(writer_);
     }
     ~Batch() {
@@ -238,12 +238,12 @@ class RowLockBypass {
 
   std::atomic<int64_t>& Count(bool writer) { return writer ? locked_writers_ : locked_readers_; }
 
-  // Whether a new batch bypasses: as TryBypass, except that a writer that waits its turn waits
-  // behind a bypassing writer (see the class comment) and then tries again.
-  bool BeginBatch(bool writer, bool wait_turn) {
+  // Whether a new batch bypasses: as TryBypass, except that a writer waits its turn behind a
+  // bypassing writer (see the class comment) and then tries again.
+  bool BeginBatch(bool writer) {
     for (;;) {
       if (TryBypass(writer)) return true;
-      if (!writer || !wait_turn || !WaitWhileAWriterBypasses()) return false;
+      if (!writer || !WaitWhileAWriterBypasses()) return false;
     }
   }
 

@@ -32,8 +32,8 @@ struct Table {
   // One batch adding `times` to every row, one at a time, cut into `pieces` pieces over distinct
   // rows, run at once on `pool` and the calling thread as a shard runs a large request (or one
   // after another on this thread if `pool` is null).
-  void AddToEveryRow(ThreadPool* pool, int pieces, int times, bool wait_turn) {
-    RowLockBypass::Batch batch(&bypass, /*writer=*/true, wait_turn);
+  void AddToEveryRow(ThreadPool* pool, int pieces, int times) {
+    RowLockBypass::Batch batch(&bypass, /*writer=*/true);
     ParallelFor(pool, pieces, [&](int64_t p) {
       RowLockBypass::Piece piece(&batch);
       for (int t = 0; t < times; ++t) {
@@ -45,17 +45,16 @@ struct Table {
   }
 };
 
-// 4 threads of writer batches (two waiting their turn behind a bypassing writer, two not) and one
-// of whole-scope locked writers. With `pool`, each batch's pieces run at once on it and the calling
-// thread; without, one after another.
+// 4 threads of writer batches (each waits its turn behind a bypassing writer, and takes locks while
+// a locked writer is registered) and one of whole-scope locked writers. With `pool`, each batch's
+// pieces run at once on it and the calling thread; without, one after another.
 void RunWriters(ThreadPool* pool) {
   Table table;
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < 2000; ++i) {
-        table.AddToEveryRow(pool, /*pieces=*/1 + (i + t) % 4, /*times=*/10,
-                            /*wait_turn=*/(t % 2) == 0);
+        table.AddToEveryRow(pool, /*pieces=*/1 + (i + t) % 4, /*times=*/10);
       }
     });
   }
@@ -227,7 +226,7 @@ TEST(RowLockBypassTest, WriterWaitsForABypassingWriter_ThenBypasses) {
     RowLockBypass::Piece piece(&batch);
     ASSERT_TRUE(piece.Bypassing(64));
     second = std::thread([&] {
-      RowLockBypass::Batch waiting(&bypass, /*writer=*/true, /*wait_turn=*/true);
+      RowLockBypass::Batch waiting(&bypass, /*writer=*/true);
       started = true;
       RowLockBypass::Piece waiting_piece(&waiting);
       second_bypassed = waiting_piece.Bypassing(64);
@@ -246,18 +245,16 @@ TEST(RowLockBypassTest, WriterWaitsForABypassingWriter_ThenBypasses) {
   EXPECT_TRUE(second_bypassed.load());
 }
 
-// A writer that doesn't wait its turn (a dense range) registers instead: the bypassing writer
-// switches to the locks and the second gets in while it still runs.
-TEST(RowLockBypassTest, WriterNotWaitingItsTurn_GetsInWhileABypassingWriterRuns) {
+// A locked writer doesn't wait for a bypassing writer's turn to end: it registers, the bypassing
+// writer switches to the locks, and the second gets in while the first still runs.
+TEST(RowLockBypassTest, LockedWriter_GetsInWhileABypassingWriterRuns) {
   RowLockBypass bypass;
-  RowLockBypass::Batch batch(&bypass, /*writer=*/true, /*wait_turn=*/true);
+  RowLockBypass::Batch batch(&bypass, /*writer=*/true);
   RowLockBypass::Piece piece(&batch);
   ASSERT_TRUE(piece.Bypassing(64));
   std::atomic<bool> second_in{false};
   std::thread second([&] {
-    RowLockBypass::Batch other(&bypass, /*writer=*/true, /*wait_turn=*/false);
-    RowLockBypass::Piece other_piece(&other);
-    EXPECT_FALSE(other_piece.Bypassing(64));
+    RowLockBypass::Locked other(&bypass, /*writer=*/true);
     second_in = true;
   });
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
@@ -279,7 +276,7 @@ TEST(RowLockBypassTest, ReaderComesWhileAWriterWaits_BothWritersTakeLocks) {
   RowLockBypass::Piece piece(&batch);
   ASSERT_TRUE(piece.Bypassing(64));
   std::thread second([&] {
-    RowLockBypass::Batch waiting(&bypass, /*writer=*/true, /*wait_turn=*/true);
+    RowLockBypass::Batch waiting(&bypass, /*writer=*/true);
     RowLockBypass::Piece waiting_piece(&waiting);
     second_bypassed = waiting_piece.Bypassing(64);
     second_done = true;

@@ -86,7 +86,7 @@ template <typename Fn>
 void VariableShard::ForEachRowLocked(absl::string_view ids, bool write, bool with_slots,
                                      ThreadPool* pool, Fn fn) const {
   const int64_t n = ids.size() / 8;
-  RowLockBypass::Batch batch(&bypass_, write, /*wait_turn=*/write);
+  RowLockBypass::Batch batch(&bypass_, write);
   ParallelRanges(pool, n, Pieces(pool, n), [&](int64_t begin, int64_t end) {
     RowLockBypass::Piece piece(&batch);
     ForEachRow(ids, begin, end, with_slots, [&](int64_t i, int64_t row) {
@@ -488,7 +488,7 @@ void VariableShard::Update(const UpdateOpView& op, ThreadPool* pool, int64_t ste
   // is applied in spans of kCheckBytes, each one call of the optimizer; otherwise (a reader came)
   // one lock per block of rows (the blocks' locks keep a block that two pieces share whole). A
   // 1M-float SGD push, 16,384 blocks of 64 floats, took a locked exchange per block before.
-  RowLockBypass::Batch batch(&bypass_, /*writer=*/true, /*wait_turn=*/true);
+  RowLockBypass::Batch batch(&bypass_, /*writer=*/true);
   const int64_t block = locks_->rows_per_block();
   const int64_t span_rows =
       std::max<int64_t>(block, RowLockBypass::kCheckBytes / row_bytes_ / block * block);
