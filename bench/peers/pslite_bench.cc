@@ -134,8 +134,8 @@ class ArrayServer {
 
  private:
   std::vector<float> table_;
-  std::vector<float> adagrad_;  // the Adagrad table's weights and accumulators
-  std::vector<float> accum_;
+  std::vector<float> adagrad_;  // the Adagrad table's weights
+  std::vector<float> accum_;    // and its accumulators
   std::vector<float> dense_;
 };
 
